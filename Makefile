@@ -1,0 +1,32 @@
+# make setup | make train | make test   (see README)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STOCKFISH_HINT := install Stockfish (Debian/Ubuntu: apt-get install stockfish; macOS: brew install stockfish) or set ROOKWORLD_STOCKFISH=/path/to/stockfish
+
+.PHONY: setup train test stockfish
+
+setup: $(BIN)/.installed stockfish
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+stockfish:
+	@if [ -n "$$ROOKWORLD_STOCKFISH" ] || command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ]; then \
+		exit 0; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && apt-get install -y -qq stockfish; \
+	elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then \
+		sudo apt-get update -qq && sudo apt-get install -y -qq stockfish; \
+	else \
+		echo "Stockfish not found: $(STOCKFISH_HINT)" >&2; exit 1; \
+	fi
+
+train: setup
+	HF_HUB_OFFLINE=1 $(BIN)/rookworld train
+
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

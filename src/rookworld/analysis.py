@@ -1,0 +1,54 @@
+"""Stockfish's multipv analysis of a position: the ground truth of the P task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MATE_PAWNS = 1000.0  # a mate in n for the side to move is +(1000 - n/100) pawns, as in RookWorld data
+
+
+def mate_to_pawns(moves_to_mate: int) -> float:
+    """Pawn value of a forced mate: positive when the side to move mates (n > 0), negative when mated."""
+    sign = 1.0 if moves_to_mate > 0 else -1.0
+    return sign * round(MATE_PAWNS - abs(moves_to_mate) / 100.0, 2)
+
+
+def is_mate_score(pawns: float) -> bool:
+    return abs(pawns) >= MATE_PAWNS - 10.0
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Top moves of a position, best first, with evals in pawns from the side to move's view.
+
+    `limit` names the search limit that produced it (e.g. "depth=10"), so that analyses made with
+    different limits never mix in a cache.
+    """
+
+    fen: str
+    moves: tuple[str, ...]
+    evals: tuple[float, ...]
+    limit: str
+
+    def __post_init__(self) -> None:
+        if len(self.moves) != len(self.evals):
+            raise ValueError(f"analysis of {self.fen!r}: {len(self.moves)} moves but {len(self.evals)} evals")
+
+    @property
+    def best(self) -> str | None:
+        return self.moves[0] if self.moves else None
+
+    def eval_of(self, move: str) -> float | None:
+        try:
+            return self.evals[self.moves.index(move)]
+        except ValueError:
+            return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fen": self.fen, "moves": list(self.moves), "evals": list(self.evals), "limit": self.limit}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Analysis:
+        return cls(fen=data["fen"], moves=tuple(data["moves"]), evals=tuple(float(e) for e in data["evals"]),
+                   limit=str(data.get("limit", "")))

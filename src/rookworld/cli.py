@@ -1,0 +1,52 @@
+"""`rookworld <command> ...`: the command-line entry point.
+
+Each command lives in its own module, which provides `add_arguments(parser)` and `run(args) -> int`;
+only the chosen command's module is imported, so `rookworld score` does not load torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rookworld.errors import UserError
+
+# command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "score": ("rookworld.score", "score completions of P and A prompts (JSONL in, JSONL out)"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rookworld", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_module, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        parser = _parser()
+        parser.parse_args(argv or ["--help"])  # prints help, or the unknown-command error
+        return 2
+    name = argv[0]
+    module_name, help_text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"rookworld {name}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except UserError as exc:
+        print(f"rookworld {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rookworld {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+"""Error types that the CLI reports as one line, without a traceback."""
+
+
+class UserError(Exception):
+    """Bad input from the user (a path, a flag, a file's content): the message names it and the fix."""
