@@ -3,6 +3,15 @@
 Parameter names follow Hugging Face's GPT-2 without the `transformer.` prefix, with `nn.Linear`
 weights (out, in) where Hugging Face stores `Conv1D` weights (in, out); `hub.py` converts.
 Dropout is off by default: RL needs identical log-probs from the policy and the reference.
+
+Three ways through the model:
+- `GPT.forward(input_ids, position_ids=None, attention_mask=None)`: logits of whole sequences; with an
+  `attention_mask` rows may be left-padded (and padded after EOS), and positions count from each row's
+  first real token, exactly as in cached decoding.
+- `GPT.prefill` + `GPT.decode_step`: cached decoding with a static `KVCache` written in place; every
+  decode step has the same shapes, so `torch.compile` makes one graph of it.
+- `token_logprobs`: log-probs of given tokens (optionally entropy, the reference's log-probs and the
+  full-vocabulary KL), running the 50k-wide LM head only at the scored positions, chunk by chunk.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass
@@ -33,6 +43,56 @@ class GPTConfig:
         return asdict(self)
 
 
+@dataclass
+class KVCache:
+    """Keys and values of all layers in two preallocated tensors, written in place slot by slot.
+
+    Rows share slot indices (prompts are left-padded to one width), so a decode step writes one slot
+    for the whole batch; the caller's key mask (B, T_max) says which slots hold real tokens.
+    """
+
+    keys: torch.Tensor    # (L, B, H, T_max, D)
+    values: torch.Tensor  # (L, B, H, T_max, D)
+
+    @classmethod
+    def empty(cls, config: GPTConfig, batch_size: int, length: int,
+              device: torch.device | str, dtype: torch.dtype) -> KVCache:
+        shape = (config.n_layer, batch_size, config.n_head, length, config.n_embd // config.n_head)
+        return cls(torch.zeros(shape, device=device, dtype=dtype), torch.zeros(shape, device=device, dtype=dtype))
+
+    @property
+    def length(self) -> int:
+        return self.keys.shape[3]
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.keys[index], self.values[index]  # views: writes to them land in the cache
+
+    def repeat_rows(self, repeats: int, length: int) -> KVCache:
+        """A cache of `length` slots holding each of this cache's rows `repeats` times in a row."""
+        if length < self.length:
+            raise ValueError(f"cannot shrink a cache of {self.length} slots to {length}")
+        L, B, H, T, D = self.keys.shape
+        shape = (L, B * repeats, H, length, D)
+        out = KVCache(self.keys.new_zeros(shape), self.values.new_zeros(shape))
+        out.keys[:, :, :, :T] = self.keys.repeat_interleave(repeats, dim=1)
+        out.values[:, :, :, :T] = self.values.repeat_interleave(repeats, dim=1)
+        return out
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids (B, T) counting from each row's first real token (left pads get 0, unused)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Boolean SDPA mask (B, 1, T, T): causal over real keys. Every query also sees itself, so a pad
+    query never has all keys masked (SDPA would return NaN there); pad outputs are never used."""
+    T = attention_mask.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).tril()
+    diagonal = torch.eye(T, dtype=torch.bool, device=attention_mask.device)
+    return (causal & attention_mask.bool()[:, None, None, :]) | diagonal  # (B, 1, T, T)
+
+
 class Attention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -41,11 +101,20 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.dropout = config.dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+                cache_index: torch.Tensor | None = None) -> torch.Tensor:
+        """attn_mask: boolean (B, 1, T, T_keys), None for plain causal attention. With a cache, this
+        call's keys/values go to slots `cache_index` (T,) and the queries attend over all its slots."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+        if cache is not None:
+            cache_k, cache_v = cache
+            cache_k.index_copy_(2, cache_index, k)
+            cache_v.index_copy_(2, cache_index, v)
+            k, v = cache_k, cache_v  # (B, H, T_max, D)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -69,8 +138,10 @@ class Block(nn.Module):
         self.mlp = MLP(config)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.dropout(self.attn(self.ln_1(x)))
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                cache: tuple[torch.Tensor, torch.Tensor] | None = None,
+                cache_index: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.dropout(self.attn(self.ln_1(x), attn_mask, cache, cache_index))
         return x + self.dropout(self.mlp(self.ln_2(x)))
 
 
@@ -96,22 +167,135 @@ class GPT(nn.Module):
                 std = 0.02 / math.sqrt(2 * self.config.n_layer) if name.endswith("c_proj.weight") else 0.02
                 nn.init.normal_(param, mean=0.0, std=std)
 
-    def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states (B, T, C), before the LM head."""
-        B, T = input_ids.shape
-        if position_ids is None:
-            position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+    def _trunk(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attn_mask: torch.Tensor | None,
+               cache: KVCache | None = None, cache_index: torch.Tensor | None = None) -> torch.Tensor:
         x = self.drop(self.wte(input_ids) + self.wpe(position_ids))  # (B, T, C)
-        for block in self.h:
-            x = block(x)
+        for i, block in enumerate(self.h):
+            x = block(x, attn_mask, cache.layer(i) if cache is not None else None, cache_index)
         return self.ln_f(x)
+
+    def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Final hidden states (B, T, C), before the LM head. attention_mask (B, T): True at real tokens."""
+        B, T = input_ids.shape
+        if attention_mask is None:
+            attn_mask = None
+            if position_ids is None:
+                position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
+        else:
+            attn_mask = causal_padding_mask(attention_mask)
+            if position_ids is None:
+                position_ids = positions_from_mask(attention_mask)
+        return self._trunk(input_ids, position_ids, attn_mask)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.wte.weight)  # tied weights: (..., C) -> (..., V)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, T, V) of an unpadded batch."""
-        return self.lm_head(self.hidden(input_ids, position_ids))
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V); without attention_mask the batch is taken as unpadded."""
+        return self.lm_head(self.hidden(input_ids, position_ids, attention_mask))
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, KVCache]:
+        """Run left-padded prompts (B, T) once: logits (B, V) of each row's next token, and a cache of
+        T slots holding the prompts' keys/values."""
+        B, T = input_ids.shape
+        if not bool(attention_mask[:, -1].all()):
+            raise ValueError("prefill needs left-padded prompts: the last column must be real tokens")
+        dtype = self.wte.weight.dtype
+        cache = KVCache.empty(self.config, B, T, input_ids.device, dtype)
+        slots = torch.arange(T, device=input_ids.device)
+        x = self._trunk(input_ids, positions_from_mask(attention_mask), causal_padding_mask(attention_mask),
+                        cache, slots)  # (B, T, C)
+        return self.lm_head(x[:, -1]), cache
+
+    @torch.no_grad()
+    def decode_step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: KVCache,
+                    cache_index: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        """One token per row: input_ids and position_ids (B, 1), written to cache slot cache_index (1,);
+        key_mask (B, T_max) marks the slots to attend to (it must include slot cache_index).
+        Returns logits (B, V). Static shapes throughout, for torch.compile."""
+        attn_mask = key_mask[:, None, None, :]  # (B, 1, 1, T_max)
+        x = self._trunk(input_ids, position_ids, attn_mask, cache, cache_index)  # (B, 1, C)
+        return self.lm_head(x[:, -1])
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+@dataclass
+class TokenLogProbs:
+    """Per-token statistics aligned with the input ids: entry (b, t) is about token t given tokens < t.
+    Every tensor is (B, T) and zero where the mask is False."""
+
+    logp: torch.Tensor                    # log p(token_t | tokens_<t) under the model
+    entropy: torch.Tensor | None = None   # full-vocabulary entropy of that next-token distribution
+    ref_logp: torch.Tensor | None = None  # the same token's log-prob under the reference model
+    kl: torch.Tensor | None = None        # full-vocabulary KL(model || reference) of that distribution
+
+
+def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
+    """Entropy (...) of distributions given as full-vocabulary log-probs (..., V)."""
+    return -(logprobs.exp() * logprobs).sum(-1)
+
+
+def kl_from_logprobs(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) (...) from full-vocabulary log-probs (..., V) of p and q."""
+    return (logprobs.exp() * (logprobs - ref_logprobs)).sum(-1)
+
+
+def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
+                   attention_mask: torch.Tensor | None = None, *, entropy: bool = False,
+                   reference: GPT | None = None, kl: bool = False, chunk_size: int = 1024) -> TokenLogProbs:
+    """Log-probs of the tokens of `input_ids` (B, T) where `mask` (B, T) is True.
+
+    `attention_mask` (B, T) marks real tokens (None: no padding). The LM head runs only at the
+    positions that predict masked tokens, in chunks of `chunk_size`; with gradients on, each chunk is
+    recomputed in the backward pass instead of keeping its (chunk, V) logits. Log-softmax is in float32.
+    `reference` (a model without gradients) adds its log-probs of the same tokens; `kl=True` also the
+    full-vocabulary KL(model || reference), which needs both heads at once and so is computed here
+    rather than from stored reference log-probs (N x V floats).
+    """
+    if mask.shape != input_ids.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} differs from input_ids shape {tuple(input_ids.shape)}")
+    mask = mask.bool()
+    if bool(mask[:, 0].any()):
+        raise ValueError("mask[:, 0] must be False: no token predicts a sequence's first token")
+    if kl and reference is None:
+        raise ValueError("kl=True needs a reference model")
+    predicting = mask[:, 1:]  # (B, T-1): position t-1 predicts token t
+    hidden = model.hidden(input_ids, attention_mask=attention_mask)[:, :-1][predicting]  # (N, C)
+    targets = input_ids[:, 1:][predicting]  # (N,)
+    ref_hidden = None
+    if reference is not None:
+        with torch.no_grad():
+            ref_hidden = reference.hidden(input_ids, attention_mask=attention_mask)[:, :-1][predicting]  # (N, C)
+
+    def head_stats(h: torch.Tensor, y: torch.Tensor, ref_h: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        logprobs = F.log_softmax(model.lm_head(h).float(), dim=-1)  # (n, V)
+        stats = {"logp": logprobs.gather(-1, y[:, None]).squeeze(-1)}  # (n,)
+        if entropy:
+            stats["entropy"] = entropy_from_logprobs(logprobs)
+        if ref_h is not None:
+            with torch.no_grad():
+                ref_logprobs = F.log_softmax(reference.lm_head(ref_h).float(), dim=-1)  # (n, V)
+            stats["ref_logp"] = ref_logprobs.gather(-1, y[:, None]).squeeze(-1)
+            if kl:
+                stats["kl"] = kl_from_logprobs(logprobs, ref_logprobs)
+        return stats
+
+    recompute = torch.is_grad_enabled() and hidden.requires_grad
+    chunks = []
+    for start in range(0, max(len(targets), 1), chunk_size):  # one (maybe empty) chunk at least
+        part = slice(start, start + chunk_size)
+        args = (hidden[part], targets[part], None if ref_hidden is None else ref_hidden[part])
+        chunks.append(checkpoint(head_stats, *args, use_reentrant=False) if recompute else head_stats(*args))
+
+    def scatter(name: str) -> torch.Tensor:
+        values = torch.cat([chunk[name] for chunk in chunks])  # (N,)
+        return torch.zeros(mask.shape, dtype=values.dtype, device=values.device).masked_scatter(mask, values)  # (B, T)
+
+    return TokenLogProbs(logp=scatter("logp"), entropy=scatter("entropy") if entropy else None,
+                         ref_logp=scatter("ref_logp") if reference is not None else None,
+                         kl=scatter("kl") if kl else None)

@@ -1,0 +1,280 @@
+"""Atomic checkpoints and exact resume of a training run (used by `rookworld train` and `rookworld sft`).
+
+Layout under a run directory OUT:
+
+    checkpoint-last/            the latest complete checkpoint, always there once one was saved
+    checkpoint-step-000200/     the last `keep_last` checkpoints by step
+    checkpoint-best/            the best by an eval metric
+
+Each checkpoint is a Hugging Face model directory (written by the caller's `write_model(dir)`) plus
+`trainer_state.pt` (the caller's state dict: optimizer, scheduler, RNG streams, sampler position, ...)
+and `trainer_state.json` (step, time and metrics, for people).
+
+A checkpoint is written into a temporary directory beside its final name, fsynced, then renamed into
+place. A directory is replaced by renaming the old one to `NAME.old`, the new one to `NAME`, then
+deleting `NAME.old`: at every instant `NAME` or `NAME.old` is complete, and `latest()` falls back to
+`NAME.old` after a crash between the two renames. The step and best copies share the files of
+`checkpoint-last` through hard links (a copy where the filesystem has none), so they cost no disk;
+published files are never written again. One process (rank 0) saves into a run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rookworld.errors import UserError
+from rookworld.log import jsonable
+
+LAST = "checkpoint-last"
+BEST = "checkpoint-best"
+STEP_PATTERN = re.compile(r"checkpoint-step-(\d+)")
+STATE_PT = "trainer_state.pt"
+STATE_JSON = "trainer_state.json"
+_TMP_PREFIX = ".tmp-"
+_OLD_SUFFIX = ".old"
+
+
+def step_dir_name(step: int) -> str:
+    return f"checkpoint-step-{step:06d}"
+
+
+def _old(target: Path) -> Path:
+    return target.with_name(target.name + _OLD_SUFFIX)
+
+
+def is_complete(ckpt_dir: Path) -> bool:
+    return (ckpt_dir / STATE_PT).is_file() and (ckpt_dir / STATE_JSON).is_file()
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":  # directories cannot be opened for fsync on Windows; renames are durable there
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under root to disk, so a rename publishes durable data."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _publish(staged: Path, target: Path) -> None:
+    """Rename the complete directory `staged` to `target`, replacing it; `target` or `target.old` is
+    complete at every instant."""
+    old = _old(target)
+    if target.exists():
+        if old.exists():  # left by a crash while deleting it after an earlier swap
+            shutil.rmtree(old)
+        os.rename(target, old)
+    # target.old alone (a crash between the two renames) stays until the new one is in place
+    os.rename(staged, target)
+    _fsync_dir(target.parent)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _staging_dir(out: Path, name: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=out))
+
+
+def _publish_copy(source: Path, target: Path) -> None:
+    """Publish a hard-linked copy of the complete checkpoint `source` as `target`."""
+    staging = _staging_dir(target.parent, target.name)
+    try:
+        staged = staging / "checkpoint"
+        shutil.copytree(source, staged, copy_function=_link_or_copy)
+        _fsync_tree(staged)
+        _publish(staged, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove_strays(out: Path) -> None:
+    """Delete temporary directories left by a crash in the middle of a save."""
+    for path in out.glob(f"{_TMP_PREFIX}checkpoint-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def step_checkpoints(out_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, dir) of the complete checkpoint-step-N directories, oldest first."""
+    found = []
+    for path in Path(out_dir).glob("checkpoint-step-*"):
+        match = STEP_PATTERN.fullmatch(path.name)
+        if match and is_complete(path):
+            found.append((int(match.group(1)), path))
+    return sorted(found)
+
+
+def _prune(out: Path, step: int, keep_last: int) -> None:
+    """Keep the newest `keep_last` step checkpoints up to `step`. Later ones belong to the abandoned
+    branch of a run resumed from an earlier checkpoint; partial ones and .old leftovers are crash debris."""
+    kept = [path for saved_step, path in step_checkpoints(out) if saved_step <= step][-keep_last:]
+    for path in out.glob("checkpoint-step-*"):
+        if path not in kept and STEP_PATTERN.fullmatch(path.name.removesuffix(_OLD_SUFFIX)):
+            shutil.rmtree(path)
+
+
+def _complete_copy(target: Path) -> Path | None:
+    """`target`, or `target.old` after a crash between the two renames of _publish; None if neither."""
+    for candidate in (target, _old(target)):
+        if is_complete(candidate):
+            return candidate
+    return None
+
+
+def _metric_of(ckpt_dir: Path | None, name: str) -> float | None:
+    value = None if ckpt_dir is None else read_info(ckpt_dir).get("metrics", {}).get(name)
+    return None if value is None else float(value)
+
+
+def _improves(value: float, current: float | None, higher_is_better: bool) -> bool:
+    if not math.isfinite(value):
+        return False
+    return current is None or (value > current if higher_is_better else value < current)
+
+
+def save(out_dir: str | Path, step: int, state: Mapping[str, Any], write_model: Callable[[Path], None],
+         metrics: Mapping[str, float] | None = None, keep_last: int = 3, best_metric: str | None = None,
+         higher_is_better: bool = True) -> Path:
+    """Save a checkpoint of `step`; returns OUT/checkpoint-last.
+
+    state: plain data only (tensors, dicts, lists, tuples, numbers, strings, None), so that it loads with
+        torch.load(weights_only=True); "step" is recorded by save() itself.
+    write_model(dir): writes the model (and tokenizer) into `dir`, which it must create.
+    metrics: written to trainer_state.json; `best_metric` is looked up there.
+    keep_last: how many checkpoint-step-N directories to keep (0: none, only checkpoint-last). Those of
+        steps after `step` (left by a run resumed from an earlier checkpoint) are deleted.
+    best_metric: when given and present in `metrics`, checkpoint-best is replaced if this value beats
+        its value (higher or lower is better by `higher_is_better`); non-finite values never do.
+    """
+    if "step" in state:
+        raise ValueError("state must not contain 'step': save() records the step itself")
+    if keep_last < 0:
+        raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _remove_strays(out)
+    last = out / LAST
+    staging = _staging_dir(out, LAST)
+    try:
+        staged = staging / "checkpoint"
+        write_model(staged)
+        if not staged.is_dir():
+            raise RuntimeError(f"write_model did not create the model directory {staged}")
+        state_path = staged / STATE_PT
+        torch.save({**state, "step": step}, state_path)
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(state_path))
+        if unsafe:
+            raise TypeError(f"checkpoint state holds types that torch.load(weights_only=True) refuses: {unsafe};"
+                            " store them as tensors or plain Python values")
+        info = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "metrics": jsonable(dict(metrics or {}))}
+        (staged / STATE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        _fsync_tree(staged)
+        _publish(staged, last)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if keep_last > 0:
+        _publish_copy(last, out / step_dir_name(step))
+        _prune(out, step, keep_last)
+    if best_metric is not None and metrics is not None and best_metric in metrics:
+        value = float(metrics[best_metric])
+        if _improves(value, _metric_of(best(out), best_metric), higher_is_better):
+            _publish_copy(last, out / BEST)
+    return last
+
+
+def latest(out_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run: checkpoint-last, else checkpoint-last.old (a crash in
+    the middle of replacing it), else the newest checkpoint-step-N; None when there is none.
+    Reads only: safe for every rank to call at once."""
+    out = Path(out_dir)
+    found = _complete_copy(out / LAST)
+    if found is None and (steps := step_checkpoints(out)):
+        found = steps[-1][1]
+    return found
+
+
+def best(out_dir: str | Path) -> Path | None:
+    """checkpoint-best (or its .old copy after a crash mid-replace), None when there is none."""
+    return _complete_copy(Path(out_dir) / BEST)
+
+
+def read_info(ckpt_dir: str | Path) -> dict[str, Any]:
+    """trainer_state.json of a checkpoint: step, time, metrics."""
+    return json.loads((Path(ckpt_dir) / STATE_JSON).read_text(encoding="utf-8"))
+
+
+def load_state(ckpt_dir: str | Path) -> dict[str, Any]:
+    """The state dict given to save(), plus "step"; tensors on the CPU (optimizer.load_state_dict moves
+    its state to the parameters' device)."""
+    path = Path(ckpt_dir) / STATE_PT
+    if not path.is_file():
+        raise UserError(f"{ckpt_dir} is not a training checkpoint: it has no {STATE_PT}; "
+                        "pass a checkpoint-* directory of a run")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def capture_rng_state(generators: Mapping[str, torch.Generator] | None = None) -> dict[str, Any]:
+    """Every random stream of this process as plain data: Python `random`, NumPy's global generator,
+    torch CPU, torch CUDA (each visible device, when available), and the named explicit generators."""
+    version, internal, gauss_next = random.getstate()
+    _name, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
+                   "gauss_next": gauss_next},
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached_gaussian)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "generators": {name: generator.get_state() for name, generator in (generators or {}).items()},
+    }
+
+
+def restore_rng_state(state: Mapping[str, Any], generators: Mapping[str, torch.Generator] | None = None) -> None:
+    """Put every stream captured by capture_rng_state back. CUDA states are restored for the devices
+    visible now (none on a CPU-only machine); a named generator missing from `state` is an error."""
+    python = state["python"]
+    random.setstate((python["version"], tuple(int(x) for x in python["internal"].tolist()), python["gauss_next"]))
+    numpy_state = state["numpy"]
+    np.random.set_state(("MT19937", numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    if torch.cuda.is_available():
+        for device, cuda_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)
+    saved = state["generators"]
+    for name, generator in (generators or {}).items():
+        if name not in saved:
+            raise ValueError(f"the checkpoint has no state for generator {name!r}; it has {sorted(saved)}")
+        generator.set_state(saved[name])

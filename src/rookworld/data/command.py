@@ -1,0 +1,104 @@
+"""`rookworld data generate|stats|export ...`: make, count and export datasets.
+
+    rookworld data generate --out DIR --p-positions N --a-samples M --seed S [--pgn FILE ...] [--depth D | --nodes N]
+    rookworld data stats [SOURCE] [--split all|train|eval]
+    rookworld data export --source SOURCE --split train|eval|all --out FILE.jsonl
+
+SOURCE is `embedded` (the default), a local file or directory, or a hub dataset id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+from pathlib import Path
+
+from rookworld.config import add_config_arguments, build_config
+from rookworld.data.sources import EMBEDDED, SampleSet, load_source
+from rookworld.data.splits import SPLITS
+from rookworld.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rookworld.data.generate import GenerateConfig
+
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    generate = actions.add_parser("generate", conflict_handler="resolve",
+                                  help="positions -> Stockfish P labels + python-chess A transitions")
+    add_config_arguments(generate, GenerateConfig)
+    generate.add_argument("--pgn", nargs="+", action="extend", default=None, metavar="FILE",
+                          help="PGN files to take games from instead of Stockfish self-play")
+
+    stats = actions.add_parser("stats", help="counts by task, A case and game phase")
+    stats.add_argument("source", nargs="?", default=EMBEDDED, help="embedded, a local path or a hub id")
+    stats.add_argument("--split", choices=SPLITS, default="all")
+    stats.add_argument("--limit", type=int, default=None, help="count only the first N samples")
+
+    export = actions.add_parser("export", help="samples as JSON lines (task, prompt, target, analysis, meta)")
+    export.add_argument("--source", default=EMBEDDED, help="embedded, a local path or a hub id")
+    export.add_argument("--split", choices=SPLITS, default="all")
+    export.add_argument("--out", required=True, help="FILE.jsonl (or .jsonl.gz)")
+    export.add_argument("--limit", type=int, default=None, help="export only the first N samples")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "generate":
+        return _generate(args)
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {args.limit}")
+    if args.action == "stats":
+        return _stats(load_source(args.source, args.split, limit=args.limit))
+    return _export(load_source(args.source, args.split, limit=args.limit), Path(args.out))
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from rich import print as rich_print
+
+    from rookworld.data.generate import GenerateConfig, generate
+
+    manifest = generate(build_config(GenerateConfig, args))
+    rich_print(f"wrote {manifest['counts']['task']} to {args.out} "
+               f"(samples/s: {manifest['samples_per_second']}); see {args.out}/manifest.json")
+    return 0
+
+
+def _stats(samples: SampleSet) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rookworld.data.stats import tally
+
+    counts = tally(samples.samples, samples.eval_fraction)
+    console = Console()
+    table = Table(title=f"{samples.source} ({samples.split})")
+    for column in ("count", "key", "n"):
+        table.add_column(column, justify="right" if column == "n" else "left")
+    for key, n in counts["task"].items():
+        table.add_row("task", key, str(n))
+    for key, n in counts["case"].items():
+        table.add_row("A case", key, str(n))
+    for task, phases in counts["phase"].items():
+        for key, n in phases.items():
+            table.add_row(f"{task} phase", key, str(n))
+    for split, tasks in counts.get("split", {}).items():
+        for key, n in tasks.items():
+            table.add_row(f"{split} split", key, str(n))
+    console.print(table)
+    report = samples.report
+    console.print(f"rows used: {report.samples}, skipped as unparseable: {report.skipped}, "
+                  f"A targets overruled by the arbiter: {report.overruled_targets}")
+    return 0
+
+
+def _export(samples: SampleSet, out: Path) -> int:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    opener = gzip.open if out.name.endswith(".gz") else open
+    with opener(tmp, "wt", encoding="utf-8") as handle:
+        for sample in samples.samples:
+            handle.write(json.dumps(sample.to_json(), ensure_ascii=False) + "\n")
+    os.replace(tmp, out)
+    print(f"wrote {len(samples.samples)} samples ({samples.split} split of {samples.source}) to {out}")
+    return 0

@@ -1,0 +1,304 @@
+"""`rookworld data generate --out DIR --p-positions N --a-samples M --seed S`: make a RookWorld dataset.
+
+Positions come from the user's PGN files or, by default, from Stockfish self-play (selfplay.py). P
+samples are positions labelled by the engine pool (multipv 5; `B:` is the rank-1 move, M and E shuffled
+together with the seed); A samples are moves of the same games plus rare cases (a_mix.py). Positions
+with fewer than 5 legal moves list all of them (Stockfish's multipv returns that many).
+
+The work is cut into shards (about `shard_size` samples each), each with its own random stream
+(seed, shard), written atomically as `shard-NNNNN.jsonl.gz` (compact records, store.py) and recorded in
+`progress.json`; rerunning the same command skips finished shards, so an interrupted run continues and
+the data files are byte-identical to an uninterrupted run with the same seed. Shards run one after
+another (positions already used are skipped by later shards); the engine pool parallelizes within one.
+At the end `manifest.json` records the counts, Stockfish version and limits, seed, time and command.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rookworld.data import store
+from rookworld.data.a_mix import RARE_SHARES, AMixer
+from rookworld.data.games import Game, Ply, plies, read_pgn_games
+from rookworld.data.position import position_key
+from rookworld.data.sample import Sample, p_sample
+from rookworld.data.selfplay import SelfPlayConfig, play_games
+from rookworld.data.splits import EVAL_FRACTION
+from rookworld.errors import UserError
+from rookworld.stockfish import LABEL_LIMIT, Limit, StockfishPool
+
+log = logging.getLogger(__name__)
+
+FORMAT = "rookworld-compact-1"
+PROGRESS = "progress.json"
+MANIFEST = "manifest.json"
+MULTIPV = 5
+P_KEEP = 0.4  # chance that a new game position becomes a P candidate: spreads P positions over many games
+# Game moves fill the A samples that rare cases leave (about 75%); the margin covers repeated prompts.
+A_PLIES = 1.0 - sum(RARE_SHARES.values()) + 0.05
+MAX_GAMES_PER_ROUND = 16  # games played in lockstep (a fixed count: the data must not depend on --processes)
+PLIES_PER_GAME = 100  # a rough mean, to play about as many games as a shard still needs
+LABEL_CHUNK = 32  # positions per pool call while labelling (progress granularity)
+
+
+@dataclass
+class GenerateConfig:
+    out: str = field(default="", metadata={"help": "output directory; rerun the same command to resume"})
+    p_positions: int = field(default=1000, metadata={"help": "P samples (distinct positions) to make"})
+    a_samples: int = field(default=3000, metadata={"help": "A samples to make"})
+    seed: int = field(default=0, metadata={"help": "seed of all random choices (same seed: same bytes)"})
+    pgn: list[str] = field(default_factory=list, metadata={"help": "PGN files to take games from instead of "
+                                                           "Stockfish self-play"})
+    depth: int | None = field(default=None, metadata={"help": f"label search depth (default {LABEL_LIMIT.depth})"})
+    nodes: int | None = field(default=None, metadata={"help": "label search nodes (instead of --depth)"})
+    processes: int | None = field(default=None, metadata={"help": "Stockfish processes (default: CPU count)"})
+    selfplay_nodes: int = field(default=1000, metadata={"help": "search nodes per self-play move"})
+    temperature: float = field(default=0.5, metadata={"help": "self-play softmax temperature over multipv "
+                                                      "evals, in pawns (0: best move)"})
+    shard_size: int = field(default=4000, metadata={"help": "samples per shard (the unit of resuming)"})
+    stockfish: str | None = field(default=None, metadata={"help": "Stockfish binary (default: found on PATH)"})
+
+    def __post_init__(self) -> None:
+        if not self.out:
+            raise ValueError("--out DIR is required")
+        if self.p_positions < 0 or self.a_samples < 0 or self.p_positions + self.a_samples == 0:
+            raise ValueError("--p-positions and --a-samples must be >= 0, and not both 0")
+        if self.depth is not None and self.nodes is not None:
+            raise ValueError("give --depth or --nodes, not both")
+        if (self.depth is not None and self.depth < 1) or (self.nodes is not None and self.nodes < 1):
+            raise ValueError("--depth and --nodes must be >= 1")
+        if self.shard_size < 1 or self.selfplay_nodes < 1 or self.temperature < 0:
+            raise ValueError("--shard-size and --selfplay-nodes must be >= 1, --temperature >= 0")
+
+    @property
+    def label_limit(self) -> Limit:
+        if self.nodes is not None:
+            return Limit(nodes=self.nodes)
+        return Limit(depth=self.depth) if self.depth is not None else LABEL_LIMIT
+
+    @property
+    def selfplay(self) -> SelfPlayConfig:
+        return SelfPlayConfig(limit=Limit(nodes=self.selfplay_nodes), temperature=self.temperature)
+
+    @property
+    def shards(self) -> int:
+        return max(1, math.ceil((self.p_positions + self.a_samples) / self.shard_size))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything that decides the data (not --out, --processes or the binary's path)."""
+        pgn = [{"path": str(Path(p).resolve()), "bytes": Path(p).stat().st_size} for p in self.pgn]
+        return {"format": FORMAT, "p_positions": self.p_positions, "a_samples": self.a_samples, "seed": self.seed,
+                "pgn": pgn, "label_limit": self.label_limit.key(), "selfplay_limit": self.selfplay.limit.key(),
+                "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES}
+
+    def command(self) -> str:
+        parts = ["rookworld data generate", f"--out {self.out}", f"--p-positions {self.p_positions}",
+                 f"--a-samples {self.a_samples}", f"--seed {self.seed}"]
+        parts += [f"--pgn {p}" for p in self.pgn]
+        parts += [f"--depth {self.depth}"] if self.depth is not None else []
+        parts += [f"--nodes {self.nodes}"] if self.nodes is not None else []
+        parts += [f"--processes {self.processes}"] if self.processes is not None else []
+        defaults = GenerateConfig(out=self.out)
+        parts += [f"--{name.replace('_', '-')} {getattr(self, name)}"
+                  for name in ("selfplay_nodes", "temperature", "shard_size") if getattr(self, name) != getattr(defaults, name)]
+        return " ".join(parts)
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:05d}.jsonl.gz"
+
+
+def quota(total: int, shards: int, index: int) -> int:
+    """Shard `index`'s even part of `total`."""
+    return total * (index + 1) // shards - total * index // shards
+
+
+@dataclass
+class ShardResult:
+    records: list[dict[str, Any]]
+    stats: dict[str, Any]
+
+
+class _Run:
+    """One generation run: the pool, the progress bar, and what earlier shards used."""
+
+    def __init__(self, config: GenerateConfig, pool: StockfishPool, progress: Progress, task_id: Any,
+                 seen_positions: set[str], seen_prompts: set[str], pgn_games: Iterator[Game] | None) -> None:
+        self.config = config
+        self.pool = pool
+        self.progress = progress
+        self.task_id = task_id
+        self.seen_positions = seen_positions
+        self.seen_prompts = seen_prompts
+        self.pgn_games = pgn_games
+
+    def _games(self, rng: np.random.Generator, count: int) -> list[Game]:
+        if self.pgn_games is not None:
+            return list(islice(self.pgn_games, count))
+        return play_games(self.pool, count, rng, self.config.selfplay)
+
+    def _collect(self, rng: np.random.Generator, n_p: int, n_a: int, label: str) -> tuple[list[list[Ply]], list[str]]:
+        """Games until there are `n_p` new P positions and enough plies for `n_a` A samples (or the PGN
+        games run out); each round plays about as many games as still needed, at most 16."""
+        games: list[list[Ply]] = []
+        fens: list[str] = []
+        keys: set[str] = set()
+        n_plies = 0
+        while len(fens) < n_p or n_plies < A_PLIES * n_a:
+            missing = max((n_p - len(fens)) / P_KEEP, A_PLIES * n_a - n_plies)
+            batch = self._games(rng, min(MAX_GAMES_PER_ROUND, max(2, math.ceil(missing / PLIES_PER_GAME))))
+            if not batch:
+                break
+            for game in batch:
+                game_plies = list(plies(game))
+                games.append(game_plies)
+                n_plies += len(game_plies)
+                for ply in game_plies:
+                    key = position_key(ply.fen)
+                    if key not in self.seen_positions and key not in keys and rng.random() < P_KEEP:
+                        keys.add(key)
+                        fens.append(ply.fen)
+            self.progress.update(self.task_id, description=f"{label}: games ({len(games)} games, {n_plies} plies)")
+        return games, fens[:n_p]
+
+    def _label(self, rng: np.random.Generator, fens: list[str], label: str) -> list[tuple[Sample, list[int]]]:
+        self.progress.update(self.task_id, description=f"{label}: labelling P positions")
+        labelled: list[tuple[Sample, list[int]]] = []
+        for start in range(0, len(fens), LABEL_CHUNK):
+            chunk = fens[start:start + LABEL_CHUNK]
+            for analysis in self.pool.analyse(chunk, self.config.label_limit, MULTIPV):
+                if analysis.moves:  # a position before a game move always has one; guard a bad PGN
+                    order = [int(i) for i in rng.permutation(len(analysis.moves))]
+                    labelled.append((p_sample(analysis, order), order))
+            self.progress.advance(self.task_id, len(chunk))
+        return labelled
+
+    def shard(self, index: int) -> ShardResult:
+        config = self.config
+        label = f"shard {index + 1}/{config.shards}"
+        rng = np.random.default_rng([config.seed, index])
+        n_p = quota(config.p_positions, config.shards, index)
+        n_a = quota(config.a_samples, config.shards, index)
+        started = time.perf_counter()
+        games, fens = self._collect(rng, n_p, n_a, label)
+        collected = time.perf_counter()
+        labelled = self._label(rng, fens, label)
+        labelled_at = time.perf_counter()
+        self.progress.update(self.task_id, description=f"{label}: A samples")
+        a_samples = AMixer(rng, self.seen_prompts).build(games, n_a)
+        self.progress.advance(self.task_id, len(a_samples))
+        done = time.perf_counter()
+        self.seen_positions.update(position_key(sample.fen) for sample, _ in labelled)
+        records = [store.encode(sample, order) for sample, order in labelled] + [store.encode(s) for s in a_samples]
+        cases: dict[str, int] = {}
+        for sample in a_samples:
+            cases[sample.meta["case"]] = cases.get(sample.meta["case"], 0) + 1
+        stats = {"P": len(labelled), "A": len(a_samples), "cases": dict(sorted(cases.items())), "games": len(games),
+                 "plies": sum(len(g) for g in games), "seconds": {"games": round(collected - started, 2),
+                 "label": round(labelled_at - collected, 2), "A": round(done - labelled_at, 2)}}
+        return ShardResult(records, stats)
+
+
+def _engine_name(pool: StockfishPool) -> str:
+    """The engines' UCI id (e.g. "Stockfish 15.1"). StockfishPool has no public accessor for it yet, so
+    this reads the id python-chess keeps for its first engine."""
+    return str(pool._engines[0].engine.id.get("name", "unknown"))
+
+
+def _load_progress(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    path = out / PROGRESS
+    if path.exists():
+        progress = store.read_json(path)
+        if progress.get("fingerprint") != fingerprint:
+            raise UserError(f"{out} holds a generation with other settings ({path}); use another --out, "
+                            "or delete that directory to start over")
+        return progress
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} exists and is not a generation directory (no {PROGRESS}); choose an empty or new --out")
+    return {"fingerprint": fingerprint, "shards": {}}
+
+
+def _seen(out: Path, done: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """Positions (P) and prompts (A) of the finished shards, so that later shards do not repeat them."""
+    from rookworld.data.sources import load_files
+
+    positions: set[str] = set()
+    prompts: set[str] = set()
+    for index in sorted(done, key=int):
+        if not done[index]["P"] + done[index]["A"]:
+            continue
+        for sample in load_files(out / shard_name(int(index)), "all").samples:
+            if sample.task == "P":
+                positions.add(position_key(sample.fen))
+            else:
+                prompts.add(sample.prompt)
+    return positions, prompts
+
+
+def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, started: str) -> dict[str, Any]:
+    from rookworld.data.sources import load_files
+    from rookworld.data.stats import tally
+
+    shards = progress["shards"]
+    seconds = {part: round(sum(s["seconds"][part] for s in shards.values()), 1) for part in ("games", "label", "A")}
+    counts = tally(load_files(Path(config.out), "all").samples, EVAL_FRACTION)
+    return {
+        "format": FORMAT, "command": config.command(), "seed": config.seed, "created": started,
+        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "counts": counts, "eval_fraction": EVAL_FRACTION,
+        "games": sum(s["games"] for s in shards.values()), "plies": sum(s["plies"] for s in shards.values()),
+        "positions_from": "pgn" if config.pgn else "stockfish self-play",
+        "stockfish": {"engine": engine, "label_limit": config.label_limit.key(), "multipv": MULTIPV,
+                      "selfplay_limit": config.selfplay.limit.key(), "selfplay_temperature": config.temperature},
+        "a_rare_shares": RARE_SHARES, "seconds": seconds,
+        "samples_per_second": {"P": round(counts["task"].get("P", 0) / max(seconds["label"], 1e-9), 2),
+                               "A": round(counts["task"].get("A", 0) / max(seconds["A"], 1e-9), 2)},
+        "config": asdict(config),
+    }
+
+
+def generate(config: GenerateConfig) -> dict[str, Any]:
+    """Make (or finish) the dataset in config.out; returns the manifest."""
+    out = Path(config.out)
+    progress_state = _load_progress(out, config.fingerprint())
+    out.mkdir(parents=True, exist_ok=True)
+    done: dict[str, Any] = progress_state["shards"]
+    started = progress_state.setdefault("started", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    seen_positions, seen_prompts = _seen(out, done)
+    pgn_games = None
+    if config.pgn:
+        pgn_games = read_pgn_games(config.pgn)
+        consumed = sum(s["games"] for s in done.values())
+        for _ in islice(pgn_games, consumed):
+            pass
+    total = config.p_positions + config.a_samples
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with StockfishPool(processes=config.processes, binary=config.stockfish) as pool, \
+            Progress(*columns, transient=False) as bar:
+        task_id = bar.add_task("samples", total=total, completed=sum(s["P"] + s["A"] for s in done.values()))
+        run = _Run(config, pool, bar, task_id, seen_positions, seen_prompts, pgn_games)
+        for index in range(config.shards):
+            if str(index) in done:
+                continue
+            result = run.shard(index)
+            store.write_jsonl_gz(out / shard_name(index), result.records)
+            done[str(index)] = result.stats
+            store.write_json(out / PROGRESS, progress_state)
+            bar.console.print(f"shard {index + 1}/{config.shards}: {result.stats['P']} P, {result.stats['A']} A "
+                              f"in {sum(result.stats['seconds'].values()):.0f} s")
+        engine = _engine_name(pool)
+    manifest = _manifest(config, progress_state, engine, started)
+    store.write_json(out / MANIFEST, manifest)
+    return manifest

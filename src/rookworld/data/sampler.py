@@ -1,0 +1,107 @@
+"""Training batches with a fixed P:A mix, optional filters, seeded, and resumable exactly.
+
+Each task's samples are visited in epochs, each epoch a permutation fixed by (seed, task, epoch), so a
+sample repeats only after all of its task have been seen. The number of P samples in a batch of B is
+floor(B * p_fraction + u), u uniform in [0, 1) from the sampler's own generator: exactly B * p_fraction
+on average and within one of it in every batch. A batch lists its P samples first, then its A samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rookworld.data.position import PHASES
+from rookworld.data.sample import TASKS, Sample
+from rookworld.errors import UserError
+
+
+@dataclass(frozen=True)
+class SampleFilter:
+    """Which samples may be drawn; None means any. Phases follow `position.game_phase`."""
+
+    tasks: tuple[str, ...] | None = None
+    phases: tuple[str, ...] | None = None
+    min_move: int | None = None
+    max_move: int | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tasks or () if t not in TASKS] + [p for p in self.phases or () if p not in PHASES]
+        if unknown:
+            raise UserError(f"unknown task or phase in the sample filter: {unknown}; tasks are {TASKS}, "
+                            f"phases are {PHASES}")
+        if self.min_move is not None and self.max_move is not None and self.min_move > self.max_move:
+            raise UserError(f"sample filter: min_move {self.min_move} > max_move {self.max_move}")
+
+    def accepts(self, sample: Sample) -> bool:
+        move = sample.meta.get("move_number", 1)
+        return ((self.tasks is None or sample.task in self.tasks)
+                and (self.phases is None or sample.meta.get("phase") in self.phases)
+                and (self.min_move is None or move >= self.min_move)
+                and (self.max_move is None or move <= self.max_move))
+
+
+class TaskSampler:
+    def __init__(self, samples: Sequence[Sample], p_fraction: float = 0.5, seed: int = 0,
+                 sample_filter: SampleFilter | None = None) -> None:
+        if not 0.0 <= p_fraction <= 1.0:
+            raise UserError(f"p_fraction must be in [0, 1], got {p_fraction}")
+        self.samples = samples
+        self.p_fraction = p_fraction
+        self.seed = seed
+        self.filter = sample_filter or SampleFilter()
+        self.pools = {task: [i for i, s in enumerate(samples) if s.task == task and self.filter.accepts(s)]
+                      for task in TASKS}
+        needed = [t for t, share in (("P", p_fraction), ("A", 1.0 - p_fraction)) if share > 0 and not self.pools[t]]
+        if needed:
+            raise UserError(f"the P:A mix (p_fraction={p_fraction}) needs {' and '.join(needed)} samples, but "
+                            f"none of the {len(samples)} samples pass the filter {self.filter}")
+        self._rng = np.random.default_rng(seed)
+        self._epoch = {task: 0 for task in TASKS}
+        self._cursor = {task: 0 for task in TASKS}
+        self._orders: dict[str, tuple[int, np.ndarray]] = {}  # task -> (epoch, permutation of its pool)
+
+    def _order(self, task: str) -> np.ndarray:
+        """This epoch's visiting order of the task's pool."""
+        epoch = self._epoch[task]
+        if task not in self._orders or self._orders[task][0] != epoch:
+            rng = np.random.default_rng([self.seed, TASKS.index(task), epoch])
+            self._orders[task] = (epoch, rng.permutation(len(self.pools[task])))
+        return self._orders[task][1]
+
+    def _draw(self, task: str, count: int) -> list[Sample]:
+        pool = self.pools[task]
+        drawn = []
+        for _ in range(count):
+            if self._cursor[task] == len(pool):
+                self._epoch[task] += 1
+                self._cursor[task] = 0
+            drawn.append(self.samples[pool[self._order(task)[self._cursor[task]]]])
+            self._cursor[task] += 1
+        return drawn
+
+    def next(self, batch_size: int) -> list[Sample]:
+        """The next `batch_size` samples: P samples first, then A samples."""
+        if batch_size < 1:
+            raise UserError(f"batch size must be at least 1, got {batch_size}")
+        n_p = min(batch_size, math.floor(batch_size * self.p_fraction + self._rng.random()))
+        return self._draw("P", n_p) + self._draw("A", batch_size - n_p)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seed": self.seed, "p_fraction": self.p_fraction, "sizes": {t: len(p) for t, p in self.pools.items()},
+                "epoch": dict(self._epoch), "cursor": dict(self._cursor), "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where the sampler that saved `state` was (same samples, filter, seed and mix)."""
+        mine = {"seed": self.seed, "p_fraction": self.p_fraction, "sizes": {t: len(p) for t, p in self.pools.items()}}
+        theirs = {key: state[key] for key in mine}
+        if theirs != mine:
+            raise UserError(f"sampler state was saved for {theirs}, but this sampler has {mine}: "
+                            "resume with the same data, filter, seed and p_fraction")
+        self._epoch = dict(state["epoch"])
+        self._cursor = dict(state["cursor"])
+        self._rng.bit_generator.state = state["rng"]

@@ -1,0 +1,228 @@
+"""`rookworld eval [--model M ...] [--data D] [--predictions FILE] [--limit N] [--out metrics.json]`
+
+Held-out metrics (see metrics.py) of one or several models on the eval split, or of given completions.
+Greedy by default; `--samples n` draws n completions per prompt and adds pass@n. The GRPO trainer's
+periodic evaluation calls `evaluate_model` with the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rookworld.data.sample import Sample
+from rookworld.errors import UserError
+
+PROMPT_TOKENS_MARGIN = 8  # room beyond the longest target, so a near-miss completion is not cut short
+
+
+@dataclass
+class EvalConfig:
+    batch_size: int = field(default=64, metadata={"help": "prompts per generation batch"})
+    samples: int = field(default=1, metadata={"help": "completions per prompt; > 1 samples and adds pass@n"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature when --samples > 1"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus mass when --samples > 1"})
+    seed: int = field(default=0, metadata={"help": "seed of the sampling stream when --samples > 1"})
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.samples < 1:
+            raise ValueError("batch_size and samples must be >= 1")
+
+    @property
+    def greedy(self) -> bool:
+        return self.samples == 1
+
+
+def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
+    """Per task, the longest target in tokens plus EOS and a margin: a right answer always fits."""
+    limits: dict[str, int] = {}
+    for sample in samples:
+        length = len(tokenizer.encode(sample.target)) + 1 + PROMPT_TOKENS_MARGIN
+        limits[sample.task] = max(limits.get(sample.task, 0), length)
+    return limits
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Prompt ids as in RookWorld pretraining, where every document followed an EOS token."""
+    return [[tokenizer.eos_id, *ids] for ids in tokenizer.encode_batch(prompts)]
+
+
+def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig) -> list[list[str]]:
+    """cfg.samples completions of each sample's prompt, in batches of cfg.batch_size prompts."""
+    import torch
+
+    from rookworld.sampling import SamplingSettings, generate_groups
+
+    limits = max_new_tokens(tokenizer, samples)
+    context = model.config.n_positions
+    device = model.wte.weight.device
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    out: list[list[str]] = []
+    for start in range(0, len(samples), cfg.batch_size):
+        batch = samples[start:start + cfg.batch_size]
+        ids = encode_prompts(tokenizer, [s.prompt for s in batch])
+        settings = [SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p,
+                                     max_new_tokens=max(1, min(limits[s.task], context - len(p))))
+                    for s, p in zip(batch, ids)]
+        generation = generate_groups(model, ids, cfg.samples, settings, eos_id=tokenizer.eos_id,
+                                     generator=generator, greedy=cfg.greedy)
+        texts = tokenizer.decode_batch(generation.completions())
+        out.extend(texts[i:i + cfg.samples] for i in range(0, len(texts), cfg.samples))
+    return out
+
+
+def score_completions(samples: Sequence[Sample], completions: Sequence[str], pool=None):
+    from rookworld.rewards import score_batch
+
+    return score_batch([(s.prompt, c, s.analysis) for s, c in zip(samples, completions)], pool)
+
+
+def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None) -> dict[str, float]:
+    """Metrics of given completions (one group of >= 1 per sample): means over all completions, and
+    pass@n when the groups hold several."""
+    from rookworld import metrics
+
+    flat_samples = [s for s, group in zip(samples, groups) for _ in group]
+    flat = [c for group in groups for c in group]
+    result = metrics.aggregate(flat_samples, flat, score_completions(flat_samples, flat, pool))
+    if any(len(group) > 1 for group in groups):
+        result.update(metrics.pass_at_n(samples, groups))
+    return result
+
+
+def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None) -> dict[str, float]:
+    """Metrics of `model` on `samples` (eval mode, no grad; the model's mode is restored)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            groups = complete(model, tokenizer, samples, cfg)
+    finally:
+        model.train(was_training)
+    return evaluate_completions(samples, groups, pool)
+
+
+# ---------------------------------------------------------------- command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rookworld.config import add_config_arguments
+
+    parser.add_argument("--model", action="append", help="checkpoint directory or hub id; repeat to compare "
+                        "(default: the embedded model)")
+    parser.add_argument("--data", default="embedded", help="data source: embedded, a local path or a hub id "
+                        "(its eval/test split is used; default: embedded)")
+    parser.add_argument("--predictions", help="JSONL with prompt, completion (optional target): score these "
+                        "completions instead of a model's")
+    parser.add_argument("--limit", type=int, help="evaluate the first N samples")
+    parser.add_argument("--out", help="write the metrics as JSON to this file")
+    parser.add_argument("--markdown", help="write the metrics table as Markdown to this file")
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--processes", type=int, help="Stockfish processes for moves outside the stored "
+                        "analysis (default: one per core)")
+    add_config_arguments(parser, EvalConfig)
+
+
+def _prediction_samples(path: str) -> tuple[list[Sample], list[str]]:
+    """Samples and completions from a predictions JSONL; P truth is Stockfish's (computed), A truth the arbiter's."""
+    from rookworld import arbiter, text
+    from rookworld.data.sample import a_sample
+
+    samples: list[Sample] = []
+    completions: list[str] = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"--predictions {path}: cannot read it ({exc.strerror})") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            prompt, completion = str(row["prompt"]), str(row["completion"])
+            task = text.task_of(prompt)
+            if task == "A":
+                sample = a_sample(prompt)
+                if "target" in row and row["target"] != sample.target:
+                    raise ValueError(f"target {row['target']!r} disagrees with the rules of chess "
+                                     f"({sample.target!r})")
+            elif task == "P":
+                arbiter.parse_fen(prompt[len(text.P_PREFIX):].strip())
+                sample = Sample("P", prompt, str(row.get("target", "")), None, {})
+            else:
+                raise ValueError(f"not a P or A prompt: {prompt[:60]!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"--predictions {path} line {number}: {exc}") from None
+        samples.append(sample)
+        completions.append(completion)
+    if not samples:
+        raise UserError(f"--predictions {path}: no rows; expected JSON lines with prompt and completion")
+    return samples, completions
+
+
+def _with_analyses(samples: list[Sample], pool) -> list[Sample]:
+    from dataclasses import replace
+
+    missing = [s for s in samples if s.task == "P" and s.analysis is None]
+    if not missing:
+        return samples
+    found = dict(zip((s.fen for s in missing), pool.analyse([s.fen for s in missing], progress=True)))
+    return [replace(s, analysis=found[s.fen]) if s.task == "P" and s.analysis is None else s for s in samples]
+
+
+def _print_table(results: dict[str, dict[str, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", *results)
+    for name in sorted({k for r in results.values() for k in r}):
+        table.add_row(name, *(f"{r[name]:.4f}" if name in r else "-" for r in results.values()))
+    Console().print(table)
+
+
+def markdown_table(results: dict[str, dict[str, float]]) -> str:
+    names = sorted({k for r in results.values() for k in r})
+    lines = ["| metric | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+    lines += ["| " + name + " | " + " | ".join(f"{r[name]:.4f}" if name in r else "-" for r in results.values())
+              + " |" for name in names]
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from rookworld.config import build_config
+    from rookworld.data.sources import load_source
+    from rookworld.stockfish import StockfishPool
+
+    cfg = build_config(EvalConfig, args)
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit {args.limit}: must be >= 1")
+    results: dict[str, dict[str, float]] = {}
+    with StockfishPool(processes=args.processes) as pool:
+        if args.predictions:
+            if args.model:
+                raise UserError("--predictions scores given completions: leave out --model")
+            samples, completions = _prediction_samples(args.predictions)
+            samples, completions = samples[:args.limit], completions[:args.limit]
+            samples = _with_analyses(samples, pool)
+            results[Path(args.predictions).name] = evaluate_completions(samples, [[c] for c in completions], pool)
+        else:
+            import torch
+
+            from rookworld.hub import load_model, resolve_default_model
+
+            samples = load_source(args.data, "eval", limit=args.limit).samples
+            device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            for name in args.model or [str(resolve_default_model())]:
+                model, tokenizer = load_model(name, device=device)
+                results[name] = evaluate_model(model, tokenizer, samples, cfg, pool)
+    _print_table(results)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown_table(results), encoding="utf-8")
+    return 0

@@ -1,0 +1,116 @@
+"""`rookworld inspect [--model M] [--batch-size B] [--group-size G] [--json FILE] ...`: one GRPO step told in full.
+
+For each prompt: its completions, rewards and reward components, advantages, and each completion's
+policy-gradient, KL and entropy terms; for the step: the loss parts, KL share and gradient norm; and
+the mean reward of the same prompts sampled with the same random streams before and after the update.
+Takes the same flags as `rookworld train` (whose functions it calls); nothing is written but --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from rookworld import grpo
+from rookworld.train import (Batch, Dist, TrainConfig, configs_from_args, load_data, make_optimizer, policy_update,
+                             rollout)
+
+
+def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, beta: float) -> list[dict]:
+    """pg_loss, kl/mean and entropy of each sequence on its own (grpo aggregation over its tokens)."""
+    from rookworld.model import token_logprobs
+
+    single = grpo.GRPOConfig(**{**gcfg.__dict__, "aggregation": "grpo", "mask_truncated": False})
+    rows = []
+    with torch.no_grad():
+        for ids, attn, mask, _, adv in batch.micro_batches(1):
+            full = gcfg.kl_estimator == "full" and reference is not None and beta > 0
+            tl = token_logprobs(policy, ids, mask, attn, entropy=True,
+                                reference=reference if reference is not None and beta > 0 else None, kl=full)
+            _, stats = grpo.loss(tl.logp, tl.logp, tl.ref_logp if not full else None, adv, mask, single, beta=beta,
+                                 kl_per_token=tl.kl if full else None, entropy=tl.entropy)
+            rows.append({k: stats[k] for k in ("pg_loss", "kl/mean", "entropy") if k in stats})
+    return rows
+
+
+def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
+    from rookworld.data.sampler import TaskSampler
+    from rookworld.evaluate import max_new_tokens
+    from rookworld.hub import load_model, resolve_default_model
+    from rookworld.stockfish import StockfishPool
+
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(cfg.seed)
+    source = cfg.model or str(resolve_default_model())
+    policy, tokenizer = load_model(source, device=device)
+    reference = load_model(source, device=cfg.ref_device or device)[0].requires_grad_(False) if gcfg.beta > 0 else None
+    train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
+    limits = max_new_tokens(tokenizer, train_samples)
+    samples = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed).next(cfg.batch_size)
+    d = Dist()
+    beta = grpo.BetaController(gcfg).beta
+    with StockfishPool(processes=cfg.processes) as pool:
+        policy.eval()
+        groups = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d)
+        rewards = [g.rewards for g in groups]
+        adv = grpo.advantages(torch.tensor(rewards), gcfg)
+        batch = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
+        terms = per_sequence_terms(policy, reference, batch, gcfg, beta)
+        policy.train()
+        update = policy_update(policy, reference, make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
+                               max(limits.values()), d)
+        policy.eval()
+        after = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d)
+    G = cfg.group_size
+    prompts = []
+    for b, group in enumerate(groups):
+        prompts.append({"task": group.sample.task, "prompt": group.sample.prompt, "target": group.sample.target,
+                        "zero_std": bool(adv.zero_std[b]),
+                        "completions": [{"completion": c, "reward": r, "components": comp,
+                                         "advantage": float(adv.values[b, j]), **terms[b * G + j]}
+                                        for j, (c, r, comp) in enumerate(zip(group.completions, group.rewards,
+                                                                             group.components))]})
+    mean = lambda gs: sum(r for g in gs for r in g.rewards) / sum(len(g.rewards) for g in gs)  # noqa: E731
+    return {"prompts": prompts, "update": update, "beta": beta, "frac_zero_std": adv.frac_zero_std,
+            "reward_before": mean(groups), "reward_after": mean(after)}
+
+
+def print_report(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for i, p in enumerate(report["prompts"]):
+        table = Table("completion", "reward", "adv", "pg", "kl", "entropy", "components",
+                      title=f"[{i}] {p['task']}  {p['prompt']}" + ("  (zero std)" if p["zero_std"] else ""),
+                      title_justify="left")
+        for c in p["completions"]:
+            table.add_row(repr(c["completion"][:70]), f"{c['reward']:.3f}", f"{c['advantage']:+.3f}",
+                          f"{c['pg_loss']:+.4f}", f"{c.get('kl/mean', 0.0):.4f}", f"{c['entropy']:.3f}",
+                          " ".join(f"{k}={v:.2f}" for k, v in c["components"].items()))
+        console.print(table)
+    u = report["update"]
+    console.print(f"loss {u.get('loss', 0):+.5f} = pg {u.get('pg_loss', 0):+.5f} + kl {u.get('kl_loss', 0):+.5f} "
+                  f"+ entropy {u.get('entropy_loss', 0):+.5f} | kl_share {u.get('kl_share', 0):.3f} | grad_norm "
+                  f"{u['grad_norm']:.4f} | beta {report['beta']:g} | frac_zero_std {report['frac_zero_std']:.2f}")
+    console.print(f"mean reward on this batch (same random streams): before {report['reward_before']:.4f} -> "
+                  f"after {report['reward_after']:.4f}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rookworld.train import add_arguments as train_arguments
+
+    train_arguments(parser)
+    parser.add_argument("--json", dest="json_out", help="also write the report as JSON to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, gcfg = configs_from_args(args)
+    report = inspect_step(cfg, gcfg)
+    print_report(report)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0

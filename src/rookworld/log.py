@@ -1,0 +1,284 @@
+"""Run logging: metric and sample files, TensorBoard, optional Weights & Biases, a console progress bar.
+
+Used by `rookworld train` and `rookworld sft`. Files under the run directory OUT:
+
+    config.json      the run's configuration
+    metrics.jsonl    one line per step: {"step": N, "reward/mean": ..., ...}
+    eval.jsonl       one line per evaluation: {"step": N, "eval/A/exact": ..., ...}
+    samples.jsonl    a few sampled completions per step: {"step": N, "prompt": ..., ...}
+    tensorboard/     the same scalars, same slash names
+
+JSON has no NaN or infinity: non-finite floats are written as null. Only rank 0 writes anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from rookworld.errors import UserError
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+EVAL_FILE = "eval.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_ID_FILE = "wandb_run_id.txt"
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with non-finite floats replaced by None (recursively through dicts, lists, tuples)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def metric_values(metrics: Mapping[str, Any]) -> dict[str, int | float]:
+    """Metrics as plain Python ints/floats; a TypeError names a key whose value is not a real number.
+
+    Tensors are refused rather than converted: a hidden `.item()` would be a hidden device sync.
+    """
+    values: dict[str, int | float] = {}
+    for key, value in metrics.items():
+        if key == "step":
+            raise ValueError("'step' is not a metric: pass it as the step argument")
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"metric {key!r} must be an int or float, got {type(value).__name__}"
+                            " (call .item() on a 0-d tensor)")
+        values[key] = int(value) if isinstance(value, numbers.Integral) else float(value)
+    return values
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file. A cut-off last line (a crash mid-write) is skipped;
+    a bad line anywhere else is a UserError naming the file and line."""
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break
+            raise UserError(f"{path}:{number} is not valid JSON ({exc}); fix or delete that line") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{number} is not a JSON object; fix or delete that line")
+        records.append(record)
+    return records
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(jsonable(value), indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _truncate_after(path: Path, step: int) -> None:
+    """Keep only the records of `path` with step <= `step`: the steps after it will be logged again."""
+    if not path.exists():
+        return
+    kept = [r for r in read_records(path) if int(r.get("step", 0)) <= step]
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for record in kept:
+            handle.write(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+
+
+def _config_dict(config: Mapping[str, Any] | Any) -> dict[str, Any]:
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return dataclasses.asdict(config)
+    return dict(config)
+
+
+class RunLogger:
+    """Writes a run's config, per-step metrics, eval metrics and samples (see the module docstring).
+
+    resume_step: the step of the checkpoint a resumed run starts from; records after it are dropped
+    from the JSONL files (and purged from TensorBoard) so the re-run steps are not logged twice.
+    Without it, a run directory that already has metrics is refused: two runs would mix.
+    """
+
+    def __init__(self, out_dir: str | Path, config: Mapping[str, Any] | Any, *, tensorboard: bool = True,
+                 wandb_project: str | None = None, wandb_run_name: str | None = None, rank: int = 0,
+                 resume_step: int | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        self.enabled = rank == 0
+        self._files: dict[str, IO[str]] = {}
+        self._tensorboard = None
+        self._wandb = None
+        if not self.enabled:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        metrics_path = self.out_dir / METRICS_FILE
+        if resume_step is None:
+            if metrics_path.exists() and metrics_path.stat().st_size > 0:
+                raise UserError(f"{self.out_dir} already holds a run's metrics ({metrics_path}); resume it or "
+                                "choose another output directory")
+        else:
+            for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
+                _truncate_after(self.out_dir / name, resume_step)
+        config_values = _config_dict(config)
+        _write_json_atomic(self.out_dir / CONFIG_FILE, config_values)
+        for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
+            self._files[name] = open(self.out_dir / name, "a", encoding="utf-8")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            purge_step = None if resume_step is None else resume_step + 1
+            self._tensorboard = SummaryWriter(str(self.out_dir / TENSORBOARD_DIR), purge_step=purge_step)
+        if wandb_project:
+            self._wandb = self._start_wandb(wandb_project, wandb_run_name, config_values)
+
+    def _start_wandb(self, project: str, run_name: str | None, config: dict[str, Any]) -> Any:
+        try:
+            import wandb
+        except ImportError:
+            raise UserError(f"Weights & Biases logging was asked for (project {project!r}) but the wandb package "
+                            "is not installed: pip install wandb, or leave the W&B project unset") from None
+        # One W&B run per run directory: a resumed run continues the same W&B run.
+        id_path = self.out_dir / WANDB_ID_FILE
+        if id_path.exists():
+            run_id = id_path.read_text(encoding="utf-8").strip()
+        else:
+            run_id = wandb.util.generate_id()
+            id_path.write_text(run_id + "\n", encoding="utf-8")
+        return wandb.init(project=project, name=run_name, id=run_id, resume="allow", config=jsonable(config),
+                          dir=str(self.out_dir))
+
+    def _append(self, name: str, record: Mapping[str, Any]) -> None:
+        handle = self._files[name]
+        handle.write(json.dumps(jsonable(record), default=str) + "\n")
+        handle.flush()
+
+    def _scalars(self, step: int, values: Mapping[str, int | float]) -> None:
+        if self._tensorboard is not None:
+            for key, value in values.items():
+                self._tensorboard.add_scalar(key, value, global_step=step)
+        if self._wandb is not None:
+            self._wandb.log(dict(values), step=step)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """One training step's metrics (slash names: "reward/mean", "kl/mean", "time/step", ...)."""
+        values = metric_values(metrics)
+        if not self.enabled:
+            return
+        self._append(METRICS_FILE, {"step": step, **values})
+        self._scalars(step, values)
+
+    def log_eval(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Periodic eval metrics ("eval/A/exact", "eval/reward/mean", ...) at training step `step`."""
+        values = metric_values(metrics)
+        if not self.enabled:
+            return
+        self._append(EVAL_FILE, {"step": step, **values})
+        self._scalars(step, values)
+
+    def log_samples(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """A few sampled completions (any JSON-able fields: prompt, completion, reward, ...)."""
+        if any("step" in row for row in rows):
+            raise ValueError("a sample row must not carry 'step': pass it as the step argument")
+        if not self.enabled:
+            return
+        for row in rows:
+            self._append(SAMPLES_FILE, {"step": step, **row})
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+class Progress:
+    """A live console bar: step/total, a few key metrics, seconds per step and ETA.
+
+    Off (every call a no-op) unless stderr is a terminal and rank == 0; `enabled` overrides the check.
+    fields maps metric keys to the short labels shown.
+    """
+
+    DEFAULT_FIELDS: Mapping[str, str] = {"reward/mean": "reward", "kl/mean": "kl"}
+
+    def __init__(self, total: int, *, start: int = 0, description: str = "train",
+                 fields: Mapping[str, str] | None = None, enabled: bool | None = None, rank: int = 0,
+                 console: Any = None) -> None:
+        self.total = total
+        self.start = start
+        self.fields = dict(self.DEFAULT_FIELDS if fields is None else fields)
+        self.enabled = (rank == 0 and sys.stderr.isatty()) if enabled is None else enabled
+        self._started_at = time.perf_counter()
+        self._bar = None
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+        from rich.progress import Progress as RichProgress
+
+        self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[stats]}"),
+                                 console=console or Console(stderr=True), transient=False)
+        self._task = self._bar.add_task(description, total=total, completed=start, stats="")
+        self._bar.start()
+
+    def stats_text(self, step: int, metrics: Mapping[str, Any]) -> str:
+        """The text shown after the bar, e.g. "reward 0.512 | kl 0.0031 | 2.41 s/step | ETA 0:13:20"."""
+        parts = []
+        for key, label in self.fields.items():
+            value = metrics.get(key)
+            if isinstance(value, numbers.Real):
+                parts.append(f"{label} {float(value):.4g}")
+        done = step - self.start
+        if done > 0:
+            per_step = (time.perf_counter() - self._started_at) / done
+            parts.append(f"{per_step:.3g} s/step")
+            parts.append(f"ETA {_clock(per_step * max(self.total - step, 0))}")
+        return " | ".join(parts)
+
+    def update(self, step: int, metrics: Mapping[str, Any] | None = None) -> None:
+        """Show that `step` steps are complete, with these metrics."""
+        if self._bar is None:
+            return
+        self._bar.update(self._task, completed=step, stats=self.stats_text(step, metrics or {}))
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

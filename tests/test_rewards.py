@@ -1,0 +1,330 @@
+"""Rewards: exact targets score 1.0, corruption lowers the reward step by step, garbage never raises.
+
+P truth comes from the real rook_val lines (Stockfish 30 s labels; M/E are shuffled there, so the
+rank order is the evals sorted high to low); A truth from the arbiter.
+"""
+
+import json
+import math
+import random
+import statistics
+import time
+
+import chess
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES
+from rookworld import arbiter, rewards, text
+from rookworld.analysis import Analysis
+from rookworld.rewards import WEIGHTS
+
+VAL_LINES = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
+A_PROMPTS = [row["prompt"] for row in json.loads((FIXTURES / "a_task_openings_sample.json").read_text())]
+A_PROMPTS += [row["prompt"] for row in json.loads((FIXTURES / "rookworld_lm_a_generations.json").read_text())]
+# white to move, distinct evals: b6d5 4.75, f1c1 4.66, f1d1 4.94, e3g5 4.55, f1e1 4.76
+LINE = next(line for line in VAL_LINES if line.startswith("P: 5rkb/4np1p/1Nr1b1p1/2P1p3/Q3P3/3qB1P1/5PBP/1R3RK1 w"))
+
+
+def truth_of(line: str) -> tuple[str, Analysis]:
+    parsed = text.parse_p_line(line)
+    ranked = sorted(zip(parsed.moves, parsed.evals), key=lambda pair: -pair[1])
+    return (text.p_prompt(parsed.fen),
+            Analysis(parsed.fen, tuple(m for m, _ in ranked), tuple(e for _, e in ranked), "rook_val"))
+
+
+def exact_p(analysis: Analysis, fen_width: int = 90) -> str:
+    return text.p_target(analysis.fen, analysis.moves, analysis.evals, analysis.best, fen_width)
+
+
+def outside_moves(analysis: Analysis) -> list[str]:
+    return sorted(m.uci() for m in chess.Board(analysis.fen).legal_moves if m.uci() not in analysis.moves)
+
+
+def illegal_move(analysis: Analysis) -> str:
+    board = chess.Board(analysis.fen)
+    return next(f"{a}{b}" for a in chess.SQUARE_NAMES for b in chess.SQUARE_NAMES
+                if a != b and not board.is_legal(chess.Move.from_uci(a + b)))
+
+
+def completion(moves, evals, best) -> str:
+    return f"M: {' '.join(moves)} E: {' '.join(text.format_eval(e) for e in evals)} B: {best}"
+
+
+PROMPT, ANALYSIS = truth_of(LINE)
+
+
+def test_weights_sum_to_one_and_name_the_components():
+    for task, weights in WEIGHTS.items():
+        assert math.isclose(sum(weights.values()), 1.0), task
+    assert set(rewards.score_p(PROMPT, "", ANALYSIS).components) == set(WEIGHTS["P"])
+    assert set(rewards.score_a(A_PROMPTS[0], "").components) == set(WEIGHTS["A"])
+
+
+@pytest.mark.parametrize("fen_width", [90, 89, 0])
+def test_exact_p_target_scores_one_for_every_validation_position(fen_width):
+    for line in VAL_LINES:
+        prompt, analysis = truth_of(line)
+        assert rewards.score_p(prompt, exact_p(analysis, fen_width), analysis).reward == 1.0, line
+
+
+def test_the_files_own_label_scores_one_unless_its_best_move_is_not_top_ranked():
+    quirk = 0
+    for line in VAL_LINES:
+        prompt, analysis = truth_of(line)
+        label = text.parse_p_line(line).best
+        reward = rewards.score_p(prompt, text.split_line(line)[2], analysis).reward
+        top = analysis.eval_of(label) == analysis.evals[0]
+        assert (reward == 1.0) == top, line
+        quirk += not top
+    assert quirk > 50  # RookWorld's label quirk: black's B: is the 5th-ranked move
+
+
+def test_exact_a_target_scores_one_for_every_fixture_prompt():
+    assert len(A_PROMPTS) == 890
+    for prompt in A_PROMPTS:
+        truth = arbiter.transition_for_prompt(prompt)
+        assert rewards.score_a(prompt, text.a_target(truth), truth).reward == 1.0
+        assert rewards.score_a(prompt, text.a_target(truth)).reward == 1.0
+
+
+def test_reward_is_the_weighted_sum_of_its_components():
+    for score, task in [(rewards.score_p(PROMPT, "M: f1d1 a1a8 E: -3 B: f1e1", ANALYSIS), "P"),
+                        (rewards.score_a(A_PROMPTS[0], "8/8/8/8/8/8/8/8 w - - 0 1+0.5+1+0"), "A")]:
+        assert math.isclose(score.reward, sum(WEIGHTS[task][k] * v for k, v in score.components.items()))
+
+
+# Hand-computed P cases on LINE (ranked: f1d1 4.94, f1e1 4.76, b6d5 4.75, f1c1 4.66, e3g5 4.55):
+# reward = 0.5 best_move + 0.2 candidates + 0.2 evals + 0.1 format.
+TOP = ["f1d1", "f1e1", "b6d5", "f1c1", "e3g5"]
+EVALS = [4.94, 4.76, 4.75, 4.66, 4.55]
+
+
+@pytest.mark.parametrize(("name", "completion_text", "extra", "expected"), [
+    # best move ranked 2nd: 0.5 * 0.6 + 0.2 + 0.2 + 0.1
+    ("rank 2", completion(TOP, EVALS, "f1e1"), None, 0.8),
+    # every eval half a pawn high: evals = 1 / (1 + 0.5) -> 0.5 + 0.2 + 0.2 / 1.5 + 0.1
+    ("evals +0.5", completion(TOP, [e + 0.5 for e in EVALS], "f1d1"), None, 0.8 + 0.2 / 1.5),
+    # one illegal candidate (a1 is empty): candidates = (4 hits - 1 illegal) / 5 -> 0.5 + 0.12 + 0.2 + 0.1
+    ("illegal candidate", completion(TOP[:4] + ["a1a8"], EVALS, "f1d1"), None, 0.92),
+    # wrong sign on f1d1: error 9.88 + 1 sign pawn, MAE 10.88 / 5 -> 0.5 + 0.2 + 0.2 / 3.176 + 0.1
+    ("sign error", completion(TOP, [-4.94] + EVALS[1:], "f1d1"), None, 0.8 + 0.2 / 3.176),
+    # a legal move outside the top 5, half a pawn worse than the best: 0.5 * 0.1 * (1 - 0.5 / 2) + 0.5
+    ("outside, eval known", completion(TOP, EVALS, "a4a7"), {"a4a7": 4.44}, 0.5375),
+    # the same move with no eval available: flat 0.05 -> 0.5 * 0.05 + 0.5
+    ("outside, eval unknown", completion(TOP, EVALS, "a4a7"), None, 0.525),
+    # missing B: -> best_move -1, format 1 - 0.5: -0.5 + 0.2 + 0.2 + 0.05
+    ("no best move", completion(TOP, EVALS, "").removesuffix(" B: "), None, -0.05),
+    # not a completion at all: -1 best move, 0 candidates, 0 evals, 4 parse errors -> format -1
+    ("garbage", "hello world", None, -0.6),
+    # empty: 3 missing fields -> format 1 - 1.5 = -0.5
+    ("empty", "", None, -0.55),
+])
+def test_hand_computed_p_rewards(name, completion_text, extra, expected):
+    assert chess.Board(ANALYSIS.fen).is_legal(chess.Move.from_uci("a4a7"))
+    assert rewards.score_p(PROMPT, completion_text, ANALYSIS, extra).reward == pytest.approx(expected, abs=1e-9), name
+
+
+def strictly_decreasing(values: list[float]) -> bool:
+    return all(a > b for a, b in zip(values, values[1:]))
+
+
+def distinct_positions(count: int) -> list[tuple[str, Analysis]]:
+    """Validation positions with 5 distinct evals within +-4 pawns (drifts stay below the +-10 clip) and
+    at least 3 legal moves outside the top 5."""
+    found = []
+    for line in VAL_LINES:
+        prompt, analysis = truth_of(line)
+        if (len(set(analysis.evals)) == 5 and max(map(abs, analysis.evals)) < 4
+                and len(outside_moves(analysis)) >= 3):
+            found.append((prompt, analysis))
+    assert len(found) >= count
+    return found[:count]
+
+
+@pytest.mark.parametrize(("prompt", "analysis"), distinct_positions(20))
+def test_p_reward_falls_with_each_worse_best_move(prompt, analysis):
+    moves, evals = list(analysis.moves), list(analysis.evals)
+    outside = outside_moves(analysis)[0]
+    chain = [completion(moves, evals, best) for best in moves]          # ranks 1..5
+    chain.append(completion(moves, evals, outside))                        # legal, outside the top 5
+    chain.append(completion(moves, evals, illegal_move(analysis)))         # illegal
+    chain.append(completion(moves, evals, "").removesuffix(" B: "))      # missing
+    extra = {outside: analysis.evals[-1] - 0.3}
+    assert strictly_decreasing([rewards.score_p(prompt, c, analysis, extra).reward for c in chain])
+
+
+@pytest.mark.parametrize(("prompt", "analysis"), distinct_positions(20))
+def test_p_reward_falls_as_evals_drift(prompt, analysis):
+    moves, evals = list(analysis.moves), list(analysis.evals)
+    drifts = [0.0, 0.05, 0.3, 1.0, 2.5, 6.0]
+    scores = [rewards.score_p(prompt, completion(moves, [e + d for e in evals], moves[0]), analysis).reward
+              for d in drifts]
+    assert strictly_decreasing(scores)
+    signs = [rewards.score_p(prompt, completion(moves, [-e if i < k else e for i, e in enumerate(evals)],
+                                                moves[0]), analysis).reward for k in range(6)]
+    assert strictly_decreasing([s for s, e in zip(signs, [1.0] + evals) if e != 0])
+
+
+@pytest.mark.parametrize(("prompt", "analysis"), distinct_positions(20))
+def test_p_reward_falls_as_candidates_leave_the_top5(prompt, analysis):
+    moves, evals = list(analysis.moves), list(analysis.evals)
+    outside = outside_moves(analysis)
+    chain = [moves, moves[:4] + outside[:1], moves[:3] + outside[:2], moves[:2] + outside[:3],
+             moves[:2] + outside[:2] + [illegal_move(analysis)], moves[:1] + outside[:2] + ["a1a1", "h8h8"]]
+    # evals of the outside moves stay unknown (no extra_evals), so only the candidates part moves
+    scores = [rewards.score_p(prompt, completion(c, evals, moves[0]), analysis).reward for c in chain]
+    assert strictly_decreasing(scores)
+
+
+def corrupt_fen(fen: str, step: int) -> str:
+    """The first `step` corruptions of a FEN, each in a different field or square."""
+    placement, side, castling, ep, half, full = fen.split(" ")
+    changes = [
+        lambda: (placement, side, castling, ep, half, str(int(full) + 1)),
+        lambda: (placement, side, castling, ep, str(int(half) + 3), str(int(full) + 1)),
+        lambda: (placement, side, castling, "e3" if ep == "-" else "-", str(int(half) + 3), str(int(full) + 1)),
+        lambda: (placement, side, "Kq" if castling != "Kq" else "-", "e3" if ep == "-" else "-",
+                 str(int(half) + 3), str(int(full) + 1)),
+    ]
+    fields = changes[min(step, 4) - 1]() if step else (placement, side, castling, ep, half, full)
+    placement, side, castling, ep, half, full = fields
+    if step >= 5:
+        side = "w" if side == "b" else "b"
+    board = chess.Board(f"{placement} w - - 0 1")
+    empty = [sq for sq in chess.SQUARES if board.piece_at(sq) is None]
+    for square in empty[:max(0, step - 5)]:  # steps 6, 7, ...: one more wrong square each
+        board.set_piece_at(square, chess.Piece(chess.QUEEN, chess.WHITE))
+    return " ".join([board.board_fen(), side, castling, ep, half, full])
+
+
+@pytest.mark.parametrize("prompt", A_PROMPTS[::60])
+def test_a_reward_falls_with_each_wrong_field(prompt):
+    truth = arbiter.transition_for_prompt(prompt)
+    flags = f"{int(truth.terminated)}+{int(truth.truncated)}"
+    chain = [text.a_target(truth)]
+    chain += [f"{corrupt_fen(truth.fen, step)}+{truth.reward}+{flags}" for step in range(1, 9)]
+    wrong_reward = "0.5" if truth.reward != "0.5" else "1.0"
+    chain.append(f"{corrupt_fen(truth.fen, 8)}+{wrong_reward}+{flags}")
+    chain.append(f"{corrupt_fen(truth.fen, 8)}+{wrong_reward}+{1 - truth.terminated}+{int(truth.truncated)}")
+    chain.append(f"{corrupt_fen(truth.fen, 8)}+{wrong_reward}+{1 - truth.terminated}+{1 - truth.truncated}")
+    chain.append(f"{corrupt_fen(truth.fen, 8)}+{wrong_reward}+{1 - truth.terminated}")    # truncated
+    chain.append("<|endoftext|>")                                                       # nothing right
+    chain.append("+" * 5)                                                               # nothing parseable
+    assert strictly_decreasing([rewards.score_a(prompt, c, truth).reward for c in chain])
+
+
+def test_hand_computed_a_rewards():
+    prompt = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+"
+    target = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+    assert rewards.score_a(prompt, target).reward == 1.0
+    # copying the input board: squares e2/e4 wrong (changed half 0), 62 kept right (half 1) -> placement 0.5;
+    # side wrong; exact 0 -> 1 - 0.2 - 0.3 * 0.5 - 0.05
+    copied = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+0.001+0+0"
+    assert rewards.score_a(prompt, copied).reward == pytest.approx(0.6)
+    # everything right but the fullmove number: 1 - 0.2 (exact) - 0.05
+    assert rewards.score_a(prompt, target.replace("- 0 1+", "- 0 2+")).reward == pytest.approx(0.75)
+    # a rank of 9 squares (RookWorld-LM's typical slip) loses that whole rank: 8 of 62 kept squares
+    nine = "rnbqkbnr/ppppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+    assert rewards.score_a(prompt, nine).reward == pytest.approx(0.8 - 0.3 * 0.5 * 8 / 62)
+    # the illegal-move answer to a legal move (input copied, -1.0+0+1): also reward and truncated wrong
+    assert rewards.score_a(prompt, copied.replace("+0.001+0+0", "+-1.0+0+1")).reward == pytest.approx(0.475)
+
+
+REAL_P_COMPLETIONS = [text.split_line(line)[2] for line in VAL_LINES[:40]]
+REAL_A_COMPLETIONS = [text.a_target(arbiter.transition_for_prompt(p)) for p in A_PROMPTS[:40]]
+
+
+def splice(base: str, insert: str, cut: int, where: int) -> str:
+    """`base` cut short at `cut`, with `insert` put in at `where`: a realistic broken completion."""
+    cut %= len(base) + 1
+    where %= cut + 1
+    return base[:where] + insert + base[where:cut]
+
+
+def repeat_to(piece: str, size: int) -> str:
+    return (piece * (size // max(1, len(piece)) + 1))[:size] if piece else ""
+
+
+ODD_TEXT = st.text(alphabet=st.characters() | st.sampled_from(list("MEB: +-./0123456789e2e4\u2003\u200b\ufeff١")),
+                   max_size=200)
+A_TRUTH = arbiter.transition_for_prompt(A_PROMPTS[0])
+FUZZ_EXAMPLES = 2_500  # x 4 strings each = 10,000 strings
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(piece=ODD_TEXT, base=st.sampled_from(REAL_P_COMPLETIONS + REAL_A_COMPLETIONS),
+       cut=st.integers(0, 300), where=st.integers(0, 300), size=st.integers(1_000, 100_000))
+def test_any_string_gets_a_finite_reward_in_range(piece, base, cut, where, size):
+    """Each example scores 4 strings: odd unicode text, that text spliced into a real completion, and
+    both repeated to `size` characters (up to 100 kB); hypothesis makes the small parts, which is cheap."""
+    spliced = splice(base, piece, cut, where)
+    for completion_text in (piece, spliced, repeat_to(spliced, size), repeat_to(piece, size)):
+        for score in (rewards.score_p(PROMPT, completion_text, ANALYSIS, {"a4a7": 4.0}),
+                      rewards.score_a(A_PROMPTS[0], completion_text, A_TRUTH)):
+            assert math.isfinite(score.reward) and -1.0 <= score.reward <= 1.0
+            assert all(math.isfinite(v) and -1.0 <= v <= 1.0 for v in score.components.values())
+
+
+def test_score_batch_without_engine_equals_single_scores():
+    items = []
+    for i, line in enumerate(VAL_LINES[:30]):
+        prompt, analysis = truth_of(line)
+        items.append((prompt, REAL_P_COMPLETIONS[(i * 7) % 40], analysis))
+    items += [(p, c, None) for p, c in zip(A_PROMPTS[:30], reversed(REAL_A_COMPLETIONS))]
+    expected = [rewards.score_p(p, c, a) if a else rewards.score_a(p, c) for p, c, a in items]
+    assert rewards.score_batch(items, None) == expected
+    assert [rewards.score(text.task_of(p), p, c, a) for p, c, a in items] == expected
+
+
+def test_score_batch_needs_analysis_or_engine():
+    with pytest.raises(ValueError, match="no analysis"):
+        rewards.score_batch([(PROMPT, "", None)], None)
+    with pytest.raises(ValueError, match="analysis of"):
+        rewards.score_p(truth_of(VAL_LINES[0])[0], "", ANALYSIS)
+
+
+def test_uncovered_moves():
+    outside = outside_moves(ANALYSIS)
+    got = rewards.uncovered_moves(PROMPT, completion(TOP[:2] + outside[:2] + ["a1a8"], EVALS, outside[3]), ANALYSIS)
+    assert got == outside[:2] + [outside[3]]
+    assert rewards.needs_engine([(PROMPT, completion(TOP, EVALS, outside[0]), ANALYSIS)])
+    assert not rewards.needs_engine([(PROMPT, completion(TOP, EVALS, TOP[0]), ANALYSIS), (A_PROMPTS[0], "", None)])
+
+
+def test_median_reward_time_is_well_under_5ms():
+    """A generous guard (measured ~0.3 ms); benchmarks/reward_speed.py reports the real numbers."""
+    rng = random.Random(0)
+    cases = [("P", PROMPT, exact_p(ANALYSIS)[:200], ANALYSIS)] + [
+        ("A", p, text.a_target(arbiter.transition_for_prompt(p)), None) for p in rng.sample(A_PROMPTS, 5)]
+    for task in ("P", "A"):
+        times = []
+        for _ in range(200):
+            _, prompt, completion_text, analysis = rng.choice([c for c in cases if c[0] == task])
+            start = time.perf_counter()
+            rewards.score(task, prompt, completion_text, analysis)
+            times.append(time.perf_counter() - start)
+        assert statistics.median(times) < 0.005, task
+
+
+@pytest.mark.stockfish
+def test_score_batch_with_the_engine_scores_uncovered_moves(tmp_path):
+    from rookworld.stockfish import StockfishPool
+
+    outside = outside_moves(ANALYSIS)[:2]
+    items = [(PROMPT, completion(TOP[:4] + outside[:1], EVALS, outside[1]), ANALYSIS),
+             (PROMPT, completion(TOP, EVALS, TOP[0]), None),  # analysed by the engine
+             (A_PROMPTS[0], REAL_A_COMPLETIONS[0], None)]
+    with StockfishPool(processes=2, cache_path=tmp_path / "cache.sqlite") as pool:
+        scores = rewards.score_batch(items, pool)
+        evals = pool.evaluate_moves([(ANALYSIS.fen, move) for move in outside])  # cached by now
+        fresh = pool.analyse([ANALYSIS.fen])[0]
+        uncovered = rewards.uncovered_moves(PROMPT, items[1][1], fresh)
+        fresh_extra = dict(zip(uncovered, pool.evaluate_moves([(ANALYSIS.fen, m) for m in uncovered])))
+    assert all(isinstance(e, float) for e in evals)
+    assert scores[0] == rewards.score_p(PROMPT, items[0][1], ANALYSIS, dict(zip(outside, evals)))
+    loss = max(0.0, 4.94 - evals[1])
+    assert scores[0].components["best_move"] == pytest.approx(0.1 * max(0.0, 1 - loss / 2))
+    assert scores[1] == rewards.score_p(PROMPT, items[1][1], fresh, fresh_extra)
+    assert scores[2] == rewards.score_a(A_PROMPTS[0], REAL_A_COMPLETIONS[0])

@@ -1,0 +1,285 @@
+"""Group sampling: seeding, greedy decoding, per-row settings, EOS, and the log-probs it returns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rookworld.model import GPT, token_logprobs
+from rookworld.sampling import SamplingSettings, fast_decode_step, generate_groups
+
+PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def greedy_by_recompute(model: GPT, prompt: list[int], steps: int) -> list[int]:
+    """Reference greedy decoding: the whole sequence through the model at every step, no cache."""
+    ids = list(prompt)
+    for _ in range(steps):
+        ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def test_same_seed_same_samples_and_other_seed_other_samples(tiny_gpt):
+    model = tiny_gpt()
+    settings = SamplingSettings(max_new_tokens=12)
+    a = generate_groups(model, PROMPTS, 4, settings, eos_id=None, generator=seeded(1))
+    b = generate_groups(model, PROMPTS, 4, settings, eos_id=None, generator=seeded(1))
+    c = generate_groups(model, PROMPTS, 4, settings, eos_id=None, generator=seeded(2))
+    assert torch.equal(a.sequences, b.sequences) and torch.equal(a.logprobs, b.logprobs)
+    assert not torch.equal(a.sequences, c.sequences)
+    assert a.sequences.shape == (12, 7 + 12)
+    # Each prompt's G rows start from the same prompt and differ in their samples.
+    assert torch.equal(a.sequences[0, :7], a.sequences[3, :7])
+    assert not torch.equal(a.sequences[0], a.sequences[1])
+
+
+def test_greedy_batch_equals_uncached_greedy_of_each_prompt(tiny_gpt):
+    model = tiny_gpt()
+    out = generate_groups(model, PROMPTS, 1, SamplingSettings(max_new_tokens=10), eos_id=None, greedy=True)
+    completions = out.completions()
+    for row, prompt in enumerate(PROMPTS):
+        assert completions[row] == greedy_by_recompute(model, prompt, 10)
+        assert out.sequences[row, out.prompt_width - len(prompt):out.prompt_width].tolist() == prompt
+    again = generate_groups(model, PROMPTS, 1, SamplingSettings(max_new_tokens=10), eos_id=None, greedy=True)
+    assert torch.equal(out.sequences, again.sequences)
+
+
+def test_left_padded_batch_equals_prompts_one_at_a_time(tiny_gpt):
+    model = tiny_gpt()
+    settings = SamplingSettings(max_new_tokens=8)
+    batch = generate_groups(model, PROMPTS, 1, settings, eos_id=None, greedy=True)
+    for row, prompt in enumerate(PROMPTS):
+        alone = generate_groups(model, [prompt], 1, settings, eos_id=None, greedy=True)
+        assert batch.completions()[row] == alone.completions()[0]
+        got = batch.logprobs[row][batch.completion_mask[row]]
+        want = alone.logprobs[0][alone.completion_mask[0]]
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_returned_logprobs_are_the_models_temperature_one_logprobs(tiny_gpt):
+    model = tiny_gpt()
+    hot = SamplingSettings(temperature=1.7, top_k=20, top_p=0.9, max_new_tokens=9)
+    out = generate_groups(model, PROMPTS, 3, hot, eos_id=4, generator=seeded(5))
+    recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask).logp
+    assert out.logprobs.shape == out.sequences.shape
+    assert (out.logprobs - recomputed).abs().max() <= 1e-5
+    assert out.logprobs[~out.completion_mask].eq(0).all()
+
+
+def test_per_prompt_settings_in_one_batch(tiny_gpt):
+    model = tiny_gpt()
+    greedy_like = SamplingSettings(top_k=1, max_new_tokens=10)  # top-k 1 is argmax
+    hot = SamplingSettings(temperature=3.0, max_new_tokens=4)
+    out = generate_groups(model, PROMPTS[:2], 3, [greedy_like, hot], eos_id=None, generator=seeded(0))
+    completions = out.completions()
+    expected = greedy_by_recompute(model, PROMPTS[0], 10)
+    assert completions[:3] == [expected] * 3
+    assert all(len(c) == 4 for c in completions[3:])  # the hot prompt's own max_new_tokens
+    assert len({tuple(c) for c in completions[3:]}) > 1
+    assert not out.finished.any()
+
+
+def test_top_k_and_top_p_keep_sampled_tokens_inside_the_filter(tiny_gpt):
+    model = tiny_gpt()
+    settings = [SamplingSettings(temperature=2.0, top_k=3, max_new_tokens=6),
+                SamplingSettings(temperature=2.0, top_p=0.2, max_new_tokens=6)]
+    out = generate_groups(model, PROMPTS[:2], 16, settings, eos_id=None, generator=seeded(9))
+    logits = model(out.sequences, attention_mask=out.attention_mask)[:, :-1] / 2.0  # (N, T-1, V)
+    chosen = logits.gather(-1, out.sequences[:, 1:, None]).squeeze(-1)  # (N, T-1)
+    m = out.completion_mask[:, 1:]
+    rank = (logits > chosen[..., None]).sum(-1)  # tokens strictly more likely than the chosen one
+    assert rank[:16][m[:16]].max() < 3
+    probs = logits.softmax(-1)
+    mass_before = (probs * (logits > chosen[..., None])).sum(-1)
+    assert mass_before[16:][m[16:]].max() < 0.2
+    assert rank[16:][m[16:]].max() >= 1  # the nucleus held more than the argmax somewhere
+
+
+def filtered_distribution(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """The distribution sampling should follow: top-k first, then the nucleus of the renormalized rest
+    (transformers' order), built token by token."""
+    probs = F.softmax(logits.detach() / temperature, dim=-1)
+    top = probs.argsort(descending=True)[:top_k or len(probs)]
+    kept, mass = [], 0.0
+    for token in top.tolist():
+        if mass >= top_p:
+            break
+        kept.append(token)
+        mass += float(probs[token] / probs[top].sum())
+    expected = torch.zeros_like(probs)
+    expected[kept] = probs[kept] / probs[kept].sum()
+    return expected
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(0.7, 0, 1.0), (1.3, 4, 1.0), (1.0, 0, 0.6), (2.0, 5, 0.7)])
+def test_samples_follow_the_filtered_temperature_scaled_distribution(tiny_gpt, temperature, top_k, top_p):
+    model = tiny_gpt(vocab_size=12)
+    prompt, rows = [3, 7, 1], 6000
+    settings = SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=1)
+    out = generate_groups(model, [prompt], rows, settings, eos_id=None, generator=seeded(3))
+    frequencies = torch.bincount(out.sequences[:, -1], minlength=12).float() / rows
+    expected = filtered_distribution(model(torch.tensor([prompt]))[0, -1], temperature, top_k, top_p)
+    assert (frequencies - expected).abs().max() < 0.025
+    assert frequencies[expected == 0].eq(0).all()
+
+
+def test_eos_stops_each_row_and_pads_after_it(tiny_gpt):
+    model = tiny_gpt()
+    free = generate_groups(model, PROMPTS, 1, SamplingSettings(max_new_tokens=10), eos_id=None, greedy=True)
+    runs = free.completions()
+    eos = runs[0][2]  # make the first prompt's third greedy token the end of text
+    assert eos not in runs[0][:2]
+    out = generate_groups(model, PROMPTS, 1, SamplingSettings(max_new_tokens=10), eos_id=eos, greedy=True, pad_id=0)
+    completion_lengths = out.completion_mask.sum(1).tolist()
+    for row, run in enumerate(runs):
+        expected = run[:run.index(eos) + 1] if eos in run else run
+        assert completion_lengths[row] == len(expected)
+        assert out.sequences[row, out.prompt_width:out.prompt_width + len(expected)].tolist() == expected
+        assert out.sequences[row, out.prompt_width + len(expected):].eq(0).all()
+        assert bool(out.finished[row]) == (eos in run)
+        assert out.completions()[row] == (expected[:-1] if eos in run else expected)
+    assert out.finished[0] and out.completions()[0] == runs[0][:2]
+    assert torch.equal(out.attention_mask[:, out.prompt_width:], out.completion_mask[:, out.prompt_width:])
+
+
+def test_loop_ends_when_every_row_is_done(tiny_gpt):
+    model = tiny_gpt()
+    run = greedy_by_recompute(model, PROMPTS[0], 10)
+    eos = run[2]
+    assert eos not in run[:2]
+    out = generate_groups(model, [PROMPTS[0]] * 2, 2, SamplingSettings(max_new_tokens=10), eos_id=eos, greedy=True)
+    assert out.sequences.shape[1] == out.prompt_width + 3 and out.finished.all()
+
+    limited = generate_groups(model, PROMPTS, 1, [SamplingSettings(max_new_tokens=n) for n in (2, 3, 4)],
+                              eos_id=None, greedy=True)
+    assert limited.sequences.shape[1] == limited.prompt_width + 4
+    assert limited.completion_mask.sum(1).tolist() == [2, 3, 4]
+    assert not limited.finished.any()
+
+
+def test_bad_arguments_are_rejected(tiny_gpt):
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingSettings(temperature=0.0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingSettings(top_p=0.0)
+    with pytest.raises(ValueError, match="Generator"):
+        generate_groups(model, PROMPTS, 2, SamplingSettings(), eos_id=None)
+    with pytest.raises(ValueError, match="context"):
+        generate_groups(model, PROMPTS, 1, SamplingSettings(max_new_tokens=45), eos_id=None, greedy=True)
+    with pytest.raises(ValueError, match="at least one token"):
+        generate_groups(model, [[1], []], 1, SamplingSettings(), eos_id=None, greedy=True)
+    with pytest.raises(ValueError, match="settings"):
+        generate_groups(model, PROMPTS, 1, [SamplingSettings()], eos_id=None, greedy=True)
+
+
+@pytest.fixture
+def saved_checkpoint(tmp_path, tiny_gpt, fixtures_dir):
+    """A tiny random model with a chess BPE trained on real P lines, written by hub.save_model."""
+    from rookworld.hub import save_model
+    from rookworld.tokenizer import Tokenizer
+
+    lines = (fixtures_dir / "rook_val_sample.txt").read_text().splitlines()[:100]
+    tokenizer = Tokenizer.train_chess(lines, vocab_size=300)
+    model = tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=128)
+    save_model(model, tokenizer, tmp_path / "model")
+    return tmp_path / "model"
+
+
+CLI_PROMPTS = ["P: 2b3k1/Q4rqn/p2p4/4p3/p6p/2PP3P/BP3PP1/R5K1 b - - 0 34",
+               "A: rnbqkbnr/ppp2ppp/8/2Ppp3/4P3/8/PP1P1PPP/RNBQKBNR b KQkq - 0 3+a7a5+c2c4 d7d5 e2e4 e7e5 c4c5 a7a5+"]
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from rookworld.cli import main
+
+    code = main(["sample", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_sample_command_prints_greedy_completions_as_json(saved_checkpoint, capsys):
+    import json
+
+    from rookworld.hub import load_model
+
+    flags = ["--model", str(saved_checkpoint), "--greedy", "--max-new-tokens", "12", "--device", "cpu"]
+    code, out, _ = run_cli(capsys, *flags, "--prompt", CLI_PROMPTS[0], "--prompt", CLI_PROMPTS[1], "--json")
+    assert code == 0
+    records = json.loads(out)
+    model, tokenizer = load_model(saved_checkpoint)
+    assert [r["prompt"] for r in records] == CLI_PROMPTS
+    for record in records:
+        assert record["prompt_ids"] == tokenizer.encode(record["prompt"])
+        expected = greedy_by_recompute(model, record["prompt_ids"], 12)
+        if tokenizer.eos_id in expected:
+            expected = expected[:expected.index(tokenizer.eos_id)]
+        assert record["completion_ids"] == expected
+        assert record["completion"] == tokenizer.decode(expected)
+
+    code, text, _ = run_cli(capsys, *flags, "--prompt", CLI_PROMPTS[0], "--prompt", CLI_PROMPTS[1])
+    assert text.splitlines() == [r["prompt"] + r["completion"] for r in records]
+
+
+def test_sample_command_is_seeded(saved_checkpoint, capsys):
+    flags = ["--model", str(saved_checkpoint), "--prompt", CLI_PROMPTS[1], "--max-new-tokens", "20",
+             "--temperature", "1.5", "--device", "cpu"]
+    first = run_cli(capsys, *flags, "--seed", "1")
+    assert first == run_cli(capsys, *flags, "--seed", "1")
+    assert first[1] != run_cli(capsys, *flags, "--seed", "2")[1]
+
+
+def test_sample_command_reports_bad_input(saved_checkpoint, capsys, monkeypatch, tmp_path):
+    import rookworld.sample
+
+    code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", "P: x", "--top-p", "0")
+    assert code == 2 and "top_p" in err
+    code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", "P: x", "--max-new-tokens", "500")
+    assert code == 2 and "lower --max-new-tokens" in err
+    monkeypatch.setattr(rookworld.sample, "DEFAULT_MODEL_DIR", tmp_path / "absent")
+    code, _, err = run_cli(capsys, "--prompt", "P: x")
+    assert code == 2 and "embedded default model is missing" in err and "--model" in err
+
+
+@needs_cuda
+def test_gpu_greedy_with_eos_equals_cpu(tiny_gpt):
+    model = tiny_gpt()
+    run = greedy_by_recompute(model, PROMPTS[0], 12)
+    settings = SamplingSettings(max_new_tokens=12)
+    cpu = generate_groups(model, PROMPTS, 2, settings, eos_id=run[3], greedy=True)
+    gpu = generate_groups(model.cuda(), PROMPTS, 2, settings, eos_id=run[3], greedy=True)
+    assert torch.equal(cpu.sequences, gpu.sequences.cpu())
+    assert torch.equal(cpu.completion_mask, gpu.completion_mask.cpu())
+    assert torch.allclose(cpu.logprobs, gpu.logprobs.cpu(), atol=1e-4)
+
+
+@needs_cuda
+@pytest.mark.parametrize("compile", [False, True])
+def test_fast_decode_step_equals_eager_decoding(tiny_gpt, compile):
+    model = tiny_gpt().cuda()
+    settings = [SamplingSettings(max_new_tokens=20), SamplingSettings(top_k=5, max_new_tokens=9),
+                SamplingSettings(top_p=0.8, max_new_tokens=14)]
+    step = fast_decode_step(model, compile=compile)
+    for seed in (0, 1):  # the second call captures its graph anew, on new tensors
+        eager = generate_groups(model, PROMPTS, 3, settings, eos_id=None,
+                                generator=torch.Generator("cuda").manual_seed(seed))
+        fast = generate_groups(model, PROMPTS, 3, settings, eos_id=None, decode_step=step,
+                               generator=torch.Generator("cuda").manual_seed(seed))
+        assert torch.equal(eager.sequences, fast.sequences)
+        assert torch.allclose(eager.logprobs, fast.logprobs, atol=1e-4)
+
+
+@needs_cuda
+def test_bf16_sampling_logprobs_match_token_logprobs(tiny_gpt):
+    model = tiny_gpt().to("cuda", torch.bfloat16)
+    out = generate_groups(model, PROMPTS, 4, SamplingSettings(max_new_tokens=16), eos_id=None,
+                          generator=torch.Generator("cuda").manual_seed(0), decode_step=fast_decode_step(model))
+    recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask).logp
+    assert (out.logprobs - recomputed).abs().max() < 0.1

@@ -1,0 +1,134 @@
+"""`rookworld score` end to end on files built from the real fixtures."""
+
+import json
+
+import chess
+import pytest
+
+from conftest import FIXTURES
+from rookworld import arbiter, cli, rewards, text
+from rookworld.analysis import Analysis
+from rookworld.score import ScoreConfig
+from rookworld.stockfish import StockfishPool
+
+K4 = json.loads((FIXTURES / "rookworld_lm_completions_k4.json").read_text())["sample_results"]
+A_GENERATIONS = json.loads((FIXTURES / "rookworld_lm_a_generations.json").read_text())
+VAL_LINES = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
+
+BAD_LINES = [
+    ("not json at all", "is not JSON"),
+    ("[1, 2, 3]", "is not a JSON object"),
+    (json.dumps({"prompt": "P: 8/8/8/8/8/8/8/k1K5 w - - 0 1"}), "needs the string fields"),
+    (json.dumps({"prompt": "Q: what is chess?", "completion": "M: e2e4"}), "must start with 'P: ' or 'A: '"),
+    (json.dumps({"prompt": "P: not a fen", "completion": ""}), "must have 6 fields"),
+    (json.dumps({"prompt": "A: " + arbiter.parse_fen("8/8/8/8/8/8/8/k1K5 w - - 0 1").fen() + "+zz+zz+",
+                 "completion": ""}), "not a UCI move"),
+    (json.dumps({"prompt": "P: 8/8/8/8/8/8/8/k1K5 w - - 0 1", "completion": "", "analysis": {"fen": 1}}),
+     "'analysis' is not an Analysis.to_json() object"),
+    (json.dumps({"prompt": "P: 8/8/8/8/8/8/8/k1K5 w - - 0 1", "completion": "",
+                 "analysis": Analysis("8/8/8/8/8/8/8/K1k5 w - - 0 1", ("a1a2",), (0.0,), "x").to_json()}),
+     "analysis of"),
+    ("", "is not JSON"),
+]
+
+
+def stored_p_lines() -> list[dict]:
+    """P lines of rook_val with their Stockfish truth stored, completed by the file's own label."""
+    records = []
+    for line in VAL_LINES[:30]:
+        parsed = text.parse_p_line(line)
+        ranked = sorted(zip(parsed.moves, parsed.evals), key=lambda pair: -pair[1])
+        analysis = Analysis(parsed.fen, tuple(m for m, _ in ranked), tuple(e for _, e in ranked), "rook_val")
+        records.append({"prompt": text.p_prompt(parsed.fen), "completion": text.split_line(line)[2].lstrip(),
+                        "analysis": analysis.to_json()})
+    return records
+
+
+def write_jsonl(path, lines: list[str]) -> None:
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+def read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def score_cli(*args) -> int:
+    return cli.main(["score", *map(str, args)])
+
+
+def test_a_and_stored_p_lines_score_without_starting_the_engine(tmp_path):
+    good = stored_p_lines() + [{"prompt": row["prompt"], "completion": row["generated"]} for row in A_GENERATIONS]
+    lines = [json.dumps(record) for record in good]
+    bad_at = list(range(3, 3 + 2 * len(BAD_LINES), 2))  # interleave the bad lines with the good ones
+    for at, (bad, _) in zip(bad_at, BAD_LINES):
+        lines.insert(at, bad)
+    write_jsonl(tmp_path / "in.jsonl", lines)
+    # a binary that does not exist: any engine start would fail the run
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "out.jsonl",
+                     "--stockfish", tmp_path / "no-stockfish", "--batch-size", 7) == 0
+
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert len(out) == len(lines)
+    assert not (tmp_path / "out.jsonl.partial").exists()
+    for at, (_, message) in zip(bad_at, BAD_LINES):
+        assert message in out[at]["error"] and "reward" not in out[at], (at, out[at])
+    scored = [record for i, record in enumerate(out) if i not in bad_at]
+    for record, given in zip(scored, good, strict=True):
+        assert (record["prompt"], record["completion"]) == (given["prompt"], given["completion"])
+        assert record["task"] == text.task_of(given["prompt"])
+        if record["task"] == "A":
+            truth = arbiter.transition_for_prompt(given["prompt"])
+            assert record["target"] == text.a_target(truth)
+            expected = rewards.score_a(given["prompt"], given["completion"], truth)
+        else:
+            assert "target" not in record and record["analysis"] == given["analysis"]
+            expected = rewards.score_p(given["prompt"], given["completion"], Analysis.from_json(given["analysis"]))
+        assert (record["reward"], record["components"]) == (expected.reward, expected.components)
+    # 13 of RookWorld-LM's 20 greedy A generations are exactly right
+    assert sum(record.get("components", {}).get("exact", 0) for record in out) == 13
+
+
+@pytest.mark.stockfish
+def test_real_completions_with_the_engine(tmp_path):
+    records = [{"prompt": row["prompt"], "completion": completion} for row in K4 for completion in row["completions"]]
+    stored = stored_p_lines()[0]
+    board = chess.Board(stored["analysis"]["fen"])
+    move = next(m.uci() for m in board.legal_moves if m.uci() not in stored["analysis"]["moves"])
+    records.append({**stored, "completion": f"M: {move} E: -3.0 B: {move}"})  # legal, outside the stored top 5
+    write_jsonl(tmp_path / "in.jsonl", [json.dumps(r) for r in records])
+    cache = tmp_path / "cache.sqlite"
+    args = ("--input", tmp_path / "in.jsonl", "--output", tmp_path / "out.jsonl", "--processes", 2,
+            "--cache", cache, "--batch-size", 5)
+    assert score_cli(*args) == 0
+    out = read_jsonl(tmp_path / "out.jsonl")
+    assert [(r["prompt"], r["completion"]) for r in out] == [(r["prompt"], r["completion"]) for r in records]
+    assert all("error" not in r and -1.0 <= r["reward"] <= 1.0 for r in out)
+    # RookWorld-LM's completions start at "M:" (padding stripped) and parse without errors
+    assert all(r["components"]["format"] == 1.0 for r in out[:-1])
+    for record in out:
+        if record["task"] == "A":
+            assert record["reward"] == 1.0 and record["target"] == record["completion"]
+    assert cache.exists()
+    with StockfishPool(processes=1, cache_path=cache) as pool:  # the outside move was scored by the engine
+        extra = dict(zip([move], pool.evaluate_moves([(stored["analysis"]["fen"], move)])))
+    expected = rewards.score_p(stored["prompt"], records[-1]["completion"], Analysis.from_json(stored["analysis"]), extra)
+    assert (out[-1]["reward"], out[-1]["components"]) == (expected.reward, expected.components)
+    assert score_cli(*args) == 0  # again, from the cache: the same numbers
+    assert read_jsonl(tmp_path / "out.jsonl") == out
+
+
+def test_missing_input_is_a_user_error(tmp_path, capsys):
+    assert score_cli("--input", tmp_path / "missing.jsonl", "--output", tmp_path / "out.jsonl") == 2
+    assert "input file not found" in capsys.readouterr().err
+    write_jsonl(tmp_path / "in.jsonl", [])
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "no" / "out.jsonl") == 2
+    assert "output directory does not exist" in capsys.readouterr().err
+    assert score_cli("--input", tmp_path / "in.jsonl") == 2
+    assert "needs --input" in capsys.readouterr().err
+
+
+def test_bad_flags_are_user_errors(tmp_path, capsys):
+    with pytest.raises(ValueError, match="batch_size"):
+        ScoreConfig(input="a", output="b", batch_size=0)
+    assert score_cli("--input", tmp_path / "a", "--output", tmp_path / "b", "--batch-size", 0) == 2
+    assert "batch_size must be >= 1" in capsys.readouterr().err

