@@ -12,6 +12,26 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
+@pytest.fixture(scope="session")
+def fixtures_root() -> Path:
+    """The same directory, for module- and session-scoped fixtures."""
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def hub_rows() -> list[str]:
+    """Text rows shaped like the hub dataset jrahn/rookworld_7m: the 250 real P lines, then 300 real A
+    prompts with their python-chess target, every other one without the `A: ` prefix (as in the hub)."""
+    import json
+
+    rows = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
+    items = json.loads((FIXTURES / "a_task_openings_sample.json").read_text())[:300]
+    for i, item in enumerate(items):
+        prompt = item["prompt"] if i % 2 else item["prompt"].removeprefix("A: ")
+        rows.append(prompt + item["expected_fen"] + "+0.001+0+0")
+    return rows
+
+
 @pytest.fixture
 def tiny_gpt():
     """Factory of small random GPT-2 models (fp32, eval mode). Weights are drawn wider than GPT-2's

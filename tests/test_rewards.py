@@ -126,6 +126,20 @@ def test_hand_computed_p_rewards(name, completion_text, extra, expected):
     assert rewards.score_p(PROMPT, completion_text, ANALYSIS, extra).reward == pytest.approx(expected, abs=1e-9), name
 
 
+def test_mate_scores_compare_capped_at_10_pawns():
+    # line 20 of rook_val: black mates; ranked d1e2 999.85, d1c2 999.83, a5e1 999.83, h6g5 999.81, d1d2 999.8
+    prompt, analysis = truth_of(next(line for line in VAL_LINES if line.startswith("P: 8/3R4/p6k/b2N4/8/7P/6K1/3q4")))
+    moves = list(analysis.moves)
+    # any eval of 10 pawns or more is a perfect eval of a mate
+    assert rewards.score_p(prompt, completion(moves, [12.0, 10.0, 50.0, 999.0, 10.5], moves[0]), analysis).reward == 1.0
+    # 8 pawns instead of a mate: error 2 on each move -> evals = 1 / 3, reward 0.8 + 0.2 / 3
+    assert rewards.score_p(prompt, completion(moves, [8.0] * 5, moves[0]), analysis).reward == pytest.approx(
+        0.8 + 0.2 / 3)
+    # the wrong side mating: error 20 + 1 sign pawn on each -> 0.8 + 0.2 / 22
+    assert rewards.score_p(prompt, completion(moves, [-999.8] * 5, moves[0]), analysis).reward == pytest.approx(
+        0.8 + 0.2 / 22)
+
+
 def strictly_decreasing(values: list[float]) -> bool:
     return all(a > b for a, b in zip(values, values[1:]))
 

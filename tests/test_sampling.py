@@ -164,6 +164,18 @@ def test_loop_ends_when_every_row_is_done(tiny_gpt):
     assert not limited.finished.any()
 
 
+def test_checking_for_done_rows_every_few_steps_changes_nothing(tiny_gpt):
+    model = tiny_gpt()
+    run = greedy_by_recompute(model, PROMPTS[0], 10)
+    settings = [SamplingSettings(max_new_tokens=10), SamplingSettings(max_new_tokens=2),
+                SamplingSettings(max_new_tokens=3)]
+    every = generate_groups(model, PROMPTS, 2, settings, eos_id=run[2], greedy=True)
+    sparse = generate_groups(model, PROMPTS, 2, settings, eos_id=run[2], greedy=True, done_check_every=8)
+    assert every.sequences.shape[1] == every.prompt_width + 3
+    for field in ("sequences", "attention_mask", "completion_mask", "logprobs", "finished"):
+        assert torch.equal(getattr(every, field), getattr(sparse, field))
+
+
 def test_bad_arguments_are_rejected(tiny_gpt):
     model = tiny_gpt()
     with pytest.raises(ValueError, match="temperature"):

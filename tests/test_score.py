@@ -111,7 +111,8 @@ def test_real_completions_with_the_engine(tmp_path):
     assert cache.exists()
     with StockfishPool(processes=1, cache_path=cache) as pool:  # the outside move was scored by the engine
         extra = dict(zip([move], pool.evaluate_moves([(stored["analysis"]["fen"], move)])))
-    expected = rewards.score_p(stored["prompt"], records[-1]["completion"], Analysis.from_json(stored["analysis"]), extra)
+    analysis = Analysis.from_json(stored["analysis"])
+    expected = rewards.score_p(stored["prompt"], records[-1]["completion"], analysis, extra)
     assert (out[-1]["reward"], out[-1]["components"]) == (expected.reward, expected.components)
     assert score_cli(*args) == 0  # again, from the cache: the same numbers
     assert read_jsonl(tmp_path / "out.jsonl") == out

@@ -22,17 +22,11 @@ STALEMATE = "7k/8/6Q1/8/8/8/8/6K1 b - - 1 50"
 FAST = Limit(depth=7)
 
 
-@pytest.fixture(scope="module")
-def real_fens(fixtures_dir_module):
-    lines = (fixtures_dir_module / "rook_val_sample.txt").read_text().splitlines()
+@pytest.fixture
+def real_fens(fixtures_dir):
+    """Ten middlegame and endgame positions from RookWorld's validation set."""
+    lines = (fixtures_dir / "rook_val_sample.txt").read_text().splitlines()
     return [parse_p_line(line).fen for line in lines[:10]]
-
-
-@pytest.fixture(scope="module")
-def fixtures_dir_module():
-    from conftest import FIXTURES
-
-    return FIXTURES
 
 
 # --- limits and the binary ---------------------------------------------------------------------
@@ -136,7 +130,11 @@ def test_evaluate_moves():
 
 
 @pytest.mark.stockfish
-def test_bad_input_is_refused():
+def test_bad_input_is_refused(tmp_path):
+    not_sqlite = tmp_path / "cache.sqlite"
+    not_sqlite.write_text("these are not the bytes of a database " * 100)
+    with pytest.raises(UserError, match="not a usable SQLite file"):
+        StockfishPool(processes=1, cache_path=not_sqlite)
     with StockfishPool(processes=1) as pool:
         with pytest.raises(InvalidPromptError, match="FEN"):
             pool.analyse([START, "not a fen"])
@@ -162,10 +160,11 @@ def test_memory_cache_is_lru_and_keyed_by_limit_and_multipv(real_fens):
         first = pool.analyse(real_fens[:2], FAST)
         stop_engines(pool)
         assert pool.analyse(real_fens[:2], FAST) == first and pool.restarts == 0
-        assert pool.analyse(real_fens[:1], FAST, multipv=2)[0].moves == first[0].moves[:2]  # a new search
+        assert len(pool.analyse(real_fens[:1], FAST, multipv=2)[0].moves) == 2  # a new search
         assert pool.restarts == 1
         stop_engines(pool)
-        pool.analyse(real_fens[1:2], FAST)  # evicted by the multipv=2 entry: searched again
+        assert pool.analyse(real_fens[1:2], FAST) == first[1:] and pool.restarts == 1
+        assert pool.analyse(real_fens[:1], FAST) == first[:1]  # evicted by the multipv=2 entry: searched again
         assert pool.restarts == 2
 
 

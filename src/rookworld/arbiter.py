@@ -6,19 +6,21 @@ Every rule but one is a function of the FEN and the move alone: legality, the ne
 rights, en-passant square, clocks), mate, stalemate, insufficient material and the 75-move rule (the
 FEN carries the halfmove clock). The exception is fivefold repetition, which depends on the positions
 before the FEN. A position can only recur after >= 4 plies, and only across reversible plies (no
-pawn move, capture, loss of castling rights or en-passant chance), so five occurrences need the
-halfmove clock after the move to be >= 16 and >= 16 known moves. Hence:
+pawn move, capture, loss of castling rights or en-passant chance), so five occurrences need a
+halfmove clock >= 16 after the move, and the 16 moves up to it (the move included) to be known. Hence:
 
 - halfmove clock after the move < 16 (every opening position): "no fivefold repetition" is exact;
 - otherwise a 10-move history can show at most 3 occurrences, so the prompt cannot decide it. The
-  arbiter then says "not a repetition", where the original generator, which held the whole game,
-  would have said draw (0.5, terminated).
+  arbiter then says "not a repetition"; if the game did repeat, the original generator, which held
+  the whole game, said draw (0.5, terminated).
 
-Given more moves (e.g. the whole game), `transition` decides it by undoing the reversible tail of
-the history from the FEN and letting python-chess count on the rebuilt move stack. That count is
-never too high; it can be too low only when a king or rook leaves its home square in the tail while
-the history shows no earlier sign that the castling right it would cancel was already gone (the
-replay then stops there, as python-chess would if the right had still existed).
+Given more moves (e.g. the whole game), `transition` undoes the reversible tail of the history from
+the FEN and lets python-chess count repetitions on the rebuilt move stack. That count is never too
+high. It is too low only when the repetitions began before the given moves, or at a rebuilt position
+that cannot be proven to have had the FEN's castling rights (a king or rook leaves its home square
+with no earlier sign that the right was already gone) or no en-passant chance (its previous move is
+not given and a pawn may have just stepped two squares): that position and those before it are not
+counted. On whole games it agrees with python-chess (see tests/test_arbiter.py).
 """
 
 from __future__ import annotations

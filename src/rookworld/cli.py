@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("rookworld.plot", "PNG dashboard of one or more runs (reward, KL, entropy, grad norm, eval metrics)"),
     "sample": ("rookworld.sample", "print a model's completions of prompts (sampled or greedy)"),
     "eval": ("rookworld.evaluate", "held-out P and A metrics of models or of given completions"),
+    "sft": ("rookworld.sft", "supervised training from scratch or from a checkpoint (packed or target-only loss)"),
     "train": ("rookworld.train", "GRPO fine-tuning (default: the embedded model and dataset)"),
     "inspect": ("rookworld.inspect_step", "one GRPO step told in full: completions, rewards, loss parts"),
 }

@@ -271,14 +271,20 @@ def _write_json(path: Path, value: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
 
 
+def _fsync(path: Path) -> None:
+    if path.is_dir() and os.name != "posix":  # Windows cannot open a directory to flush it
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(root: Path) -> None:
     """Flush the files and the directory itself, so the rename publishes data that is on disk."""
     for path in [*root.iterdir(), root]:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(path)
 
 
 def _replace_dir(staging: Path, target: Path) -> None:
@@ -289,11 +295,7 @@ def _replace_dir(staging: Path, target: Path) -> None:
         old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
         os.rename(target, old / target.name)
     os.rename(staging, target)
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(target.parent)
     if old is not None:
         shutil.rmtree(old)
 

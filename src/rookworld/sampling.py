@@ -121,7 +121,7 @@ class _RowFilters:
 def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size: int,
                     settings: SamplingSettings | Sequence[SamplingSettings], eos_id: int | None,
                     generator: torch.Generator | None = None, greedy: bool = False, pad_id: int | None = None,
-                    decode_step: DecodeStep | None = None) -> Generation:
+                    decode_step: DecodeStep | None = None, done_check_every: int | None = None) -> Generation:
     """Sample `group_size` completions of each prompt (a list of token ids).
 
     settings: one for all prompts or one per prompt. eos_id: a row stops after sampling it (None: rows
@@ -129,6 +129,9 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     greedy: argmax instead of sampling (evaluation; with group_size 1). pad_id: filler for padding
     (default eos_id, else 0; the masks tell it apart). decode_step: a replacement for
     `model.decode_step` with the same signature, e.g. `fast_decode_step(model)` on a GPU.
+    done_check_every: steps between checks whether every row is done, each a host-device sync
+    (default: every step on CPU, where it costs nothing, else every 8 steps; rows done meanwhile only
+    add padding, which is trimmed).
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("generate_groups needs at least one prompt, each with at least one token")
@@ -166,9 +169,7 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     key_mask[:, :width] = prompt_mask.repeat_interleave(group_size, dim=0)
     positions = key_mask.sum(1, keepdim=True)  # (N, 1): the next token's position, counted from the first real one
     cache_index = torch.zeros(1, dtype=torch.long, device=device)
-    # "Are all rows done?" makes the host wait for the device: on accelerators ask every few steps
-    # (rows that are done meanwhile only add padding).
-    check_every = 1 if device.type == "cpu" else 8
+    check_every = done_check_every or (1 if device.type == "cpu" else 8)
 
     tokens = torch.full((N, max_new), pad, dtype=torch.long, device=device)
     token_logp = torch.zeros(N, max_new, dtype=torch.float32, device=device)

@@ -35,10 +35,10 @@ if TYPE_CHECKING:
 class ScoreConfig:
     input: str = field(default="", metadata={"help": "JSONL file, one {prompt, completion[, analysis]} per line"})
     output: str = field(default="", metadata={"help": "JSONL file to write, one scored line per input line"})
-    processes: int | None = field(default=None, metadata={"help": "Stockfish processes (default: CPU count)"})
+    processes: int | None = field(default=None, metadata={"help": "Stockfish processes, one per CPU core when unset"})
     stockfish: str | None = field(default=None, metadata={
-        "help": "Stockfish binary (default: $ROOKWORLD_STOCKFISH, PATH, /usr/games/stockfish)"})
-    cache: str | None = field(default=None, metadata={"help": "SQLite cache of Stockfish results (PATH)"})
+        "help": "Stockfish binary; when unset: $ROOKWORLD_STOCKFISH, then PATH, then /usr/games/stockfish"})
+    cache: str | None = field(default=None, metadata={"help": "SQLite file caching Stockfish results across runs"})
     batch_size: int = field(default=256, metadata={"help": "lines scored together in one engine batch"})
 
     def __post_init__(self) -> None:
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @dataclass
 class _Line:
-    """One input line on its way out: the output record, and what to score (None after an error)."""
+    """One input line on its way out: the output record and what scoring needs (not `ok` once it has an error)."""
 
     record: dict[str, Any]
     prompt: str = ""
@@ -121,17 +121,18 @@ class _LazyPool:
 
 def _score_batch(lines: list[_Line], pool: _LazyPool) -> None:
     """Add reward, components (and target) to each good line; P lines go through the engine together."""
-    p_lines = [line for line in lines if line.ok and line.transition is None]
-    items = [(line.prompt, line.completion, line.analysis) for line in p_lines]
-    p_scores = rewards.score_batch(items, pool.get() if rewards.needs_engine(items) else None)
-    scores = dict(zip(map(id, p_lines), p_scores))
+    items = [(line.prompt, line.completion, line.analysis) for line in lines if line.ok and line.transition is None]
+    p_scores = iter(rewards.score_batch(items, pool.get() if rewards.needs_engine(items) else None))
     for line in lines:
+        if not line.ok:
+            continue
         if line.transition is not None:
             line.record["target"] = text.a_target(line.transition)
-            scores[id(line)] = rewards.score_a(line.prompt, line.completion, line.transition)
-        if line.ok:
-            line.record["reward"] = scores[id(line)].reward
-            line.record["components"] = scores[id(line)].components
+            score = rewards.score_a(line.prompt, line.completion, line.transition)
+        else:
+            score = next(p_scores)
+        line.record["reward"] = score.reward
+        line.record["components"] = score.components
 
 
 def _progress() -> Progress:

@@ -107,14 +107,20 @@ class _Engine:
 
     def search(self, board: chess.Board, limit: Limit, multipv: int,
                root_moves: list[chess.Move] | None) -> list[chess.engine.InfoDict]:
-        watchdog = threading.Timer(self.timeout, self.close)  # closing kills the process
+        timed_out = threading.Event()
+
+        def expire() -> None:
+            timed_out.set()
+            self.close()  # kills the process, which ends the search below with an error
+
+        watchdog = threading.Timer(self.timeout, expire)
         watchdog.start()
         try:
             # A new `game` object makes python-chess send ucinewgame: a cleared engine, a reproducible search.
             return self.engine.analyse(board, limit.for_engine(), multipv=multipv, game=object(),
                                        root_moves=root_moves)
-        except (chess.engine.EngineError, CancelledError) as error:  # a closed engine cancels its search
-            if watchdog.finished.is_set():
+        except (chess.engine.EngineError, CancelledError) as error:
+            if timed_out.is_set():
                 raise TimeoutError(f"search took longer than {self.timeout} s") from error
             raise
         finally:
@@ -194,12 +200,15 @@ class StockfishPool:
         self._executor = ThreadPoolExecutor(max_workers=processes, thread_name_prefix="stockfish")
         self._idle: queue.Queue[_Engine] = queue.Queue()
         self._engines: list[_Engine] = []
-        try:
-            for future in [self._executor.submit(_Engine, binary, timeout) for _ in range(processes)]:
+        failures = []
+        for future in [self._executor.submit(_Engine, binary, timeout) for _ in range(processes)]:
+            try:
                 self._engines.append(future.result())
-        except BaseException:
+            except StockfishError as error:
+                failures.append(error)
+        if failures:
             self.close()
-            raise
+            raise failures[0]
         for engine in self._engines:
             self._idle.put(engine)
 
@@ -227,8 +236,8 @@ class StockfishPool:
             if not any(boards[fen].legal_moves):
                 return {"moves": [], "evals": []}
             infos = engine.search(boards[fen], limit, multipv, None)
-            found = [(info["pv"][0].uci(), _pawns(info["score"].relative)) for info in infos if info.get("pv")]
-            return {"moves": [move for move, _ in found], "evals": [pawns for _, pawns in found]}
+            ranked = [(info["pv"][0].uci(), _pawns(info["score"].relative)) for info in infos if info.get("pv")]
+            return {"moves": [move for move, _ in ranked], "evals": [pawns for _, pawns in ranked]}
 
         queries = {fen: ((fen, limit.key(), f"multipv={multipv}"), lambda engine, fen=fen: lines(engine, fen))
                    for fen in boards}
@@ -288,7 +297,7 @@ class StockfishPool:
             for attempt in range(RETRIES + 1):
                 try:
                     return job(engine)
-                except (chess.engine.EngineError, TimeoutError) as error:
+                except (chess.engine.EngineError, CancelledError, TimeoutError) as error:  # died, or hung
                     if attempt == RETRIES:
                         raise StockfishError(f"Stockfish failed {RETRIES + 1} times on one search (last: {error}); "
                                              f"if it timed out, raise the timeout or lower the limit") from None

@@ -54,20 +54,22 @@ LABEL_CHUNK = 32  # positions per pool call while labelling (progress granularit
 
 @dataclass
 class GenerateConfig:
-    out: str = field(default="", metadata={"help": "output directory; rerun the same command to resume"})
+    out: str = field(default="", metadata={"help": "output directory, required; rerun the same command to resume"})
     p_positions: int = field(default=1000, metadata={"help": "P samples (distinct positions) to make"})
     a_samples: int = field(default=3000, metadata={"help": "A samples to make"})
     seed: int = field(default=0, metadata={"help": "seed of all random choices (same seed: same bytes)"})
     pgn: list[str] = field(default_factory=list, metadata={"help": "PGN files to take games from instead of "
                                                            "Stockfish self-play"})
-    depth: int | None = field(default=None, metadata={"help": f"label search depth (default {LABEL_LIMIT.depth})"})
+    depth: int | None = field(default=None, metadata={"help": f"label search depth; unset: {LABEL_LIMIT.depth} "
+                                                       "unless --nodes"})
     nodes: int | None = field(default=None, metadata={"help": "label search nodes (instead of --depth)"})
-    processes: int | None = field(default=None, metadata={"help": "Stockfish processes (default: CPU count)"})
+    processes: int | None = field(default=None, metadata={"help": "Stockfish processes; unset: one per CPU"})
     selfplay_nodes: int = field(default=1000, metadata={"help": "search nodes per self-play move"})
-    temperature: float = field(default=0.5, metadata={"help": "self-play softmax temperature over multipv "
+    temperature: float = field(default=0.3, metadata={"help": "self-play softmax temperature over multipv "
                                                       "evals, in pawns (0: best move)"})
     shard_size: int = field(default=4000, metadata={"help": "samples per shard (the unit of resuming)"})
-    stockfish: str | None = field(default=None, metadata={"help": "Stockfish binary (default: found on PATH)"})
+    stockfish: str | None = field(default=None, metadata={"help": "Stockfish binary; unset: $ROOKWORLD_STOCKFISH, PATH "
+                                                     "or /usr/games/stockfish"})
 
     def __post_init__(self) -> None:
         if not self.out:
@@ -262,8 +264,10 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
         "stockfish": {"engine": engine, "label_limit": config.label_limit.key(), "multipv": MULTIPV,
                       "selfplay_limit": config.selfplay.limit.key(), "selfplay_temperature": config.temperature},
         "a_rare_shares": RARE_SHARES, "seconds": seconds,
+        # P: per second of labelling, A: per second of building; overall: all samples per second of all work
         "samples_per_second": {"P": round(counts["task"].get("P", 0) / max(seconds["label"], 1e-9), 2),
-                               "A": round(counts["task"].get("A", 0) / max(seconds["A"], 1e-9), 2)},
+                               "A": round(counts["task"].get("A", 0) / max(seconds["A"], 1e-9), 2),
+                               "overall": round(sum(counts["task"].values()) / max(sum(seconds.values()), 1e-9), 2)},
         "config": asdict(config),
     }
 

@@ -22,7 +22,7 @@ from rookworld.stockfish import Limit, StockfishPool
 class SelfPlayConfig:
     limit: Limit = Limit(nodes=1000)
     multipv: int = 5
-    temperature: float = 0.5  # pawns; 0 plays the engine's best move
+    temperature: float = 0.3  # pawns; 0 plays the engine's best move
     min_random_plies: int = 2
     max_random_plies: int = 8
     max_plies: int = 300

@@ -1,0 +1,614 @@
+"""`rookworld sft [--config FILE] [--preset small] [--data embedded] [--out runs/sft] [--resume OUT]`
+
+Supervised training of a RookWorld GPT on P and A samples, from scratch (a size preset, a chess
+tokenizer trained on the data) or from a checkpoint (`--init-from DIR|hub id`).
+
+Two ways to turn samples into training rows (`--mode`):
+- `target` (default): one sample per row, `[eos] + prompt + target + [eos]`, right-padded; the loss
+  covers the target and its final EOS only. Prompts are encoded exactly as evaluation encodes them
+  (`evaluate.encode_prompts`), so training and generation see the same ids at the same positions.
+- `packed`: documents `[eos] + prompt + target` concatenated and cut into rows of `seq_len + 1`
+  tokens, loss on every token (RookWorld pretraining; the next document's EOS ends each target).
+
+A samples cost only python-chess, so `--fresh-a F` replaces that share of the A samples drawn with
+freshly made ones (see `FreshASamples`). AdamW (weight decay on 2-D weights only), linear warm-up then
+cosine decay, gradient accumulation, held-out target loss and the evaluation metrics of
+`evaluate.evaluate_model` on a fixed eval subset, atomic checkpoints with exact resume (`--resume OUT`
+continues OUT bit for bit on CPU), JSONL + TensorBoard logs and a progress bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rookworld.errors import UserError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from rookworld.data.games import Ply
+    from rookworld.data.sample import Sample
+    from rookworld.model import GPT
+    from rookworld.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+MODES = ("target", "packed")
+# Sizes of models trained from scratch; explicit --n-layer/--n-head/--n-embd/--n-positions override them.
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 320},
+    "small": {"n_layer": 6, "n_head": 8, "n_embd": 256, "n_positions": 320},
+    "gpt2-124m": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024},
+}
+TOKENIZER_TEXTS = 20_000  # training documents the chess tokenizer is trained on (more changes little)
+FRESH_CHUNK = 256  # fresh A samples made at a time: enough for the rare-case shares to round well
+FRESH_GAME_PLIES = 8  # random moves played on from each training position
+
+
+@dataclass
+class SFTConfig:
+    out: str = field(default="runs/sft", metadata={"help": "run directory: checkpoints, config and logs"})
+    data: str = field(default="embedded", metadata={"help": "training data: embedded, a local file or "
+                                                     "directory, or a hub dataset id"})
+    data_limit: int | None = field(default=None, metadata={"help": "use at most this many training samples"})
+    init_from: str | None = field(default=None, metadata={"help": "start from this checkpoint directory or "
+                                                          "hub id instead of a new model"})
+    preset: str = field(default="small", metadata={"help": f"size of a new model: {', '.join(PRESETS)}"})
+    n_layer: int | None = field(default=None, metadata={"help": "layers of a new model (overrides the preset)"})
+    n_head: int | None = field(default=None, metadata={"help": "attention heads of a new model"})
+    n_embd: int | None = field(default=None, metadata={"help": "width of a new model"})
+    n_positions: int | None = field(default=None, metadata={"help": "context length of a new model"})
+    tokenizer_vocab: int = field(default=257, metadata={"help": "vocabulary of a new model's chess tokenizer; "
+                                                        "257 = one token per character (byte) plus EOS"})
+    mode: str = field(default="target", metadata={"help": "target: one sample per row, loss on the target; "
+                                                  "packed: documents concatenated, loss on every token"})
+    seq_len: int = field(default=256, metadata={"help": "packed mode: tokens per row"})
+    p_fraction: float = field(default=0.5, metadata={"help": "share of P samples in the training mix"})
+    fresh_a: float = field(default=0.0, metadata={"help": "share of A samples replaced by freshly generated "
+                                                  "ones (python-chess only)"})
+    batch_size: int = field(default=32, metadata={"help": "rows per micro-batch"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    steps: int = field(default=1000, metadata={"help": "optimizer steps in total"})
+    lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
+    min_lr_ratio: float = field(default=0.1, metadata={"help": "final learning rate as a fraction of --lr"})
+    warmup_steps: int = field(default=50, metadata={"help": "linear warm-up steps"})
+    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay of 2-D weights"})
+    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    beta2: float = field(default=0.99, metadata={"help": "AdamW beta2"})
+    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip; 0 turns it off"})
+    eval_every: int = field(default=250, metadata={"help": "steps between evaluations; 0: only at the end"})
+    eval_samples: int = field(default=128, metadata={"help": "eval-split samples (half P, half A) generated "
+                                                     "greedily for the metrics"})
+    eval_loss_samples: int = field(default=256, metadata={"help": "eval-split samples of the held-out loss"})
+    eval_batch_size: int = field(default=64, metadata={"help": "prompts per generation batch in evaluation"})
+    checkpoint_every: int = field(default=250, metadata={"help": "steps between checkpoints; 0: only at the end"})
+    keep_last: int = field(default=2, metadata={"help": "checkpoint-step-N directories to keep"})
+    best_metric: str = field(default="eval/loss", metadata={"help": "eval metric that picks checkpoint-best"})
+    export: str | None = field(default=None, metadata={"help": "also write the final model to this directory "
+                                                       "(with its training record in rookworld.json)"})
+    export_dtype: str = field(default="float32", metadata={"help": "weights of the export: float32 or float16"})
+    seed: int = field(default=0, metadata={"help": "seed of the initialization and the data order"})
+    device: str | None = field(default=None, metadata={"help": "torch device (default: cuda when available)"})
+    threads: int = field(default=0, metadata={"help": "CPU threads for torch; 0 keeps torch's default"})
+    tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.init_from is None and self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if self.export_dtype not in ("float32", "float16"):
+            raise ValueError(f"export_dtype must be float32 or float16, got {self.export_dtype!r}")
+        for name in ("batch_size", "grad_accum", "steps", "seq_len", "eval_samples", "eval_loss_samples",
+                     "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "eval_every", "checkpoint_every", "keep_last", "threads"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("p_fraction", "fresh_a", "min_lr_ratio"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+    def model_shape(self) -> dict[str, int]:
+        """The preset's sizes with the explicit ones put over them."""
+        shape = dict(PRESETS[self.preset])
+        for name in shape:
+            if getattr(self, name) is not None:
+                shape[name] = getattr(self, name)
+        return shape
+
+
+# ---------------------------------------------------------------- tokens and rows
+
+
+def encode_samples(tokenizer: Tokenizer, samples: Sequence[Sample]) -> list[tuple[list[int], int]]:
+    """(ids, prompt length) per sample: ids = [eos] + prompt + target + [eos], the prompt part encoded
+    by `evaluate.encode_prompts` exactly as generation encodes it."""
+    from rookworld.evaluate import encode_prompts
+
+    prompts = encode_prompts(tokenizer, [s.prompt for s in samples])
+    targets = tokenizer.encode_batch([s.target for s in samples])
+    return [(prompt + target + [tokenizer.eos_id], len(prompt)) for prompt, target in zip(prompts, targets)]
+
+
+def target_batch(encoded: Sequence[tuple[Sequence[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded rows (B, T) and the loss mask (B, T): True at the target tokens and the final EOS.
+
+    Right padding leaves every real token at the position it has in generation (counted from the
+    leading EOS), and causal attention never lets a real token see the pads after it.
+    """
+    import torch
+
+    width = max(len(ids) for ids, _ in encoded)
+    rows = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(encoded), width, dtype=torch.bool)
+    for row, (ids, prompt_length) in enumerate(encoded):
+        rows[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[row, prompt_length:len(ids)] = True
+    return rows, mask
+
+
+class Packer:
+    """Documents `[eos] + prompt + target` concatenated into rows of `seq_len + 1` tokens.
+
+    Row k's last token is row k+1's first, so every token of the stream is predicted exactly once;
+    documents run across row boundaries, as in RookWorld pretraining.
+    """
+
+    def __init__(self, seq_len: int) -> None:
+        self.seq_len = seq_len
+        self.buffer: list[int] = []  # tokens not yet predicted, the first one already a row's last
+
+    def rows(self, count: int, next_documents: Callable[[], list[list[int]]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`count` rows (count, seq_len + 1) and their loss mask (all but column 0)."""
+        import torch
+
+        needed = count * self.seq_len + 1
+        while len(self.buffer) < needed:
+            for ids in next_documents():
+                self.buffer.extend(ids)
+        block = torch.tensor(self.buffer[:needed], dtype=torch.long)
+        self.buffer = self.buffer[needed - 1:]
+        rows = block[:-1].view(count, self.seq_len)  # (count, seq_len): each row's first seq_len tokens
+        nexts = block[self.seq_len::self.seq_len]  # (count,): the token after each row
+        rows = torch.cat([rows, nexts[:, None]], dim=1)  # (count, seq_len + 1)
+        mask = torch.ones_like(rows, dtype=torch.bool)
+        mask[:, 0] = False
+        return rows, mask
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": list(self.buffer)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer = list(state["buffer"])
+
+
+def packed_document(prompt_ids: Sequence[int], target_ids: Sequence[int]) -> list[int]:
+    """A packed document: the prompt ids as evaluation encodes them (EOS first), then the target."""
+    return [*prompt_ids, *target_ids]
+
+
+# ---------------------------------------------------------------- data
+
+
+def _random_continuation(sample: Sample, length: int, rng: np.random.Generator) -> list[Ply]:
+    """Up to `length` random legal moves played on from the position an A sample's move leads to, as
+    the plies of a game (history carried over from the prompt); empty when that move was illegal or
+    ended the game."""
+    import chess
+
+    from rookworld import text
+    from rookworld.data.games import Ply
+
+    truth = text.parse_a_completion(sample.target)
+    if truth.fen is None or truth.truncated != "0" or truth.terminated != "0":
+        return []
+    board = chess.Board(truth.fen)
+    history = text.parse_a_prompt(sample.prompt).history
+    plies = []
+    for index in range(length):
+        moves = list(board.legal_moves)
+        if not moves or board.is_game_over():
+            break
+        move = moves[int(rng.integers(len(moves)))].uci()
+        plies.append(Ply(board.fen(), move, tuple(history[-(text.MAX_HISTORY - 1):]), index))
+        board.push_uci(move)
+        history.append(move)
+    return plies
+
+
+class FreshASamples:
+    """An endless stream of A samples made on the fly, python-chess only.
+
+    Games are short random walks (FRESH_GAME_PLIES random legal moves) from the positions the training
+    A samples lead to (real game positions), turned into samples by the data generator's `AMixer`, so
+    that the rare cases (illegal moves, mates, promotions, ...) come in the same shares as in generated
+    data. Samples of eval-split positions are dropped. Chunk k is a pure function of (seed, k), so the
+    state is two integers.
+    """
+
+    def __init__(self, samples: Sequence[Sample], seed: int) -> None:
+        self.base = [s for s in samples if s.task == "A" and s.meta.get("case") != "illegal"]
+        if not self.base:
+            raise UserError("--fresh-a needs A samples in the training data to start fresh games from")
+        self.seed = seed
+        self.chunk_index = 0
+        self.cursor = 0
+        self._chunk: list[Sample] | None = None
+
+    def _make_chunk(self, index: int) -> list[Sample]:
+        import numpy as np
+
+        from rookworld.data.a_mix import AMixer
+        from rookworld.data.splits import split_of
+
+        rng = np.random.default_rng([self.seed, index])
+        games: list[list[Ply]] = []
+        while sum(len(game) for game in games) < FRESH_CHUNK:
+            base = self.base[int(rng.integers(len(self.base)))]
+            games.append(_random_continuation(base, FRESH_GAME_PLIES, rng))
+        made = AMixer(rng, set()).build(games, FRESH_CHUNK)
+        order = rng.permutation(len(made))  # AMixer lists the rare cases first
+        return [made[int(i)] for i in order if split_of(made[int(i)].fen) == "train"]
+
+    def next(self) -> Sample:
+        if self._chunk is None:
+            self._chunk = self._make_chunk(self.chunk_index)
+        while self.cursor >= len(self._chunk):
+            self.chunk_index += 1
+            self.cursor = 0
+            self._chunk = self._make_chunk(self.chunk_index)
+        self.cursor += 1
+        return self._chunk[self.cursor - 1]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"chunk_index": self.chunk_index, "cursor": self.cursor}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.chunk_index, self.cursor = int(state["chunk_index"]), int(state["cursor"])
+        self._chunk = None
+
+
+class TrainStream:
+    """Training samples: the data's P:A mix (`TaskSampler`), each A sample replaced by a fresh one with
+    probability `fresh_a`. Seeded and resumable exactly."""
+
+    def __init__(self, samples: Sequence[Sample], p_fraction: float, fresh_a: float, seed: int) -> None:
+        import numpy as np
+
+        from rookworld.data.sampler import TaskSampler
+
+        self.sampler = TaskSampler(samples, p_fraction=p_fraction, seed=seed)
+        self.fresh_a = fresh_a
+        self.fresh = FreshASamples(samples, seed) if fresh_a > 0 else None
+        self._rng = np.random.default_rng([seed, 1])  # the swap decisions, apart from the sampler's stream
+
+    def next(self, count: int) -> list[Sample]:
+        drawn = self.sampler.next(count)
+        if self.fresh is None:
+            return drawn
+        swap = self._rng.random(len(drawn)) < self.fresh_a  # (count,)
+        return [self.fresh.next() if s.task == "A" and flip else s for s, flip in zip(drawn, swap)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sampler": self.sampler.state_dict(),
+                "fresh": self.fresh.state_dict() if self.fresh is not None else None,
+                "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        if self.fresh is not None:
+            self.fresh.load_state_dict(state["fresh"])
+        self._rng.bit_generator.state = state["rng"]
+
+
+def balanced_subset(samples: Sequence[Sample], count: int) -> list[Sample]:
+    """The first count/2 P and count/2 A samples (all of one task when the other runs short)."""
+    by_task = {task: [s for s in samples if s.task == task] for task in ("P", "A")}
+    n_p = min(len(by_task["P"]), max(count // 2, count - len(by_task["A"])))
+    return by_task["P"][:n_p] + by_task["A"][:count - n_p]
+
+
+def fitting(samples: Sequence[Sample], tokenizer: Tokenizer, context: int, what: str) -> list[Sample]:
+    """The samples whose whole document fits the model's context; the rest are dropped and counted."""
+    kept = [s for s, (ids, _) in zip(samples, encode_samples(tokenizer, samples)) if len(ids) <= context]
+    if len(kept) < len(samples):
+        log.warning("%s: dropped %d of %d samples longer than the context of %d tokens",
+                    what, len(samples) - len(kept), len(samples), context)
+    if not kept:
+        raise UserError(f"{what}: no sample fits the model's context of {context} tokens; use --n-positions")
+    return kept
+
+
+# ---------------------------------------------------------------- optimization
+
+
+def learning_rate(step: int, cfg: SFTConfig) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine decay to `lr * min_lr_ratio` at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - 1 - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = cfg.lr * cfg.min_lr_ratio
+    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: GPT, cfg: SFTConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay only on 2-D weights (matrices and embeddings), not on biases and norms."""
+    import torch
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+def batch_nll(model: GPT, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Summed negative log-likelihood (B,) per row of the masked tokens of `rows` (B, T)."""
+    from rookworld.model import token_logprobs
+
+    return -token_logprobs(model, rows, mask).logp.sum(1)  # (B,)
+
+
+def heldout_loss(model: GPT, tokenizer: Tokenizer, samples: Sequence[Sample], batch_size: int) -> dict[str, float]:
+    """Mean target-token loss on `samples` (target mode, whatever the training mode), overall and by task."""
+    import torch
+
+    device = model.wte.weight.device
+    sums: dict[str, float] = {"P": 0.0, "A": 0.0}
+    counts: dict[str, int] = {"P": 0, "A": 0}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(samples), batch_size):
+                batch = samples[start:start + batch_size]
+                rows, mask = target_batch(encode_samples(tokenizer, batch), tokenizer.eos_id)
+                nll = batch_nll(model, rows.to(device), mask.to(device)).tolist()
+                for sample, value, tokens in zip(batch, nll, mask.sum(1).tolist()):
+                    sums[sample.task] += value
+                    counts[sample.task] += tokens
+    finally:
+        model.train(was_training)
+    result = {"eval/loss": sum(sums.values()) / max(1, sum(counts.values()))}
+    result.update({f"eval/loss/{task}": sums[task] / counts[task] for task in sums if counts[task]})
+    return result
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _device(cfg: SFTConfig) -> str:
+    import torch
+
+    return cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def new_model(cfg: SFTConfig, train_samples: Sequence[Sample]) -> tuple[GPT, Tokenizer]:
+    """A freshly initialized model (seeded) and a chess tokenizer trained on the training documents."""
+    import torch
+
+    from rookworld.model import GPT, GPTConfig
+    from rookworld.tokenizer import Tokenizer
+
+    every = max(1, len(train_samples) // TOKENIZER_TEXTS)  # spread over the data: files may group tasks
+    texts = [s.prompt + s.target for s in train_samples[::every]]
+    tokenizer = Tokenizer.train_chess(texts, vocab_size=cfg.tokenizer_vocab)
+    torch.manual_seed(cfg.seed)
+    try:
+        config = GPTConfig(vocab_size=tokenizer.vocab_size, **cfg.model_shape())
+    except ValueError as exc:
+        raise UserError(f"bad model size: {exc}") from None
+    return GPT(config), tokenizer
+
+
+def command_line(cfg: SFTConfig) -> str:
+    """The `rookworld sft` command that sets this config's non-default fields."""
+    parts = ["rookworld", "sft"]
+    for f in dataclasses.fields(SFTConfig):
+        value = getattr(cfg, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if value != default and value is not None:
+            parts += ["--" + f.name.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value)]
+    return " ".join(parts)
+
+
+def hardware() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"machine": platform.machine(), "processor": platform.processor() or None,
+                            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                            "torch": torch.__version__}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
+    """Train as `cfg` says; with `resume`, continue the run in cfg.out from its latest checkpoint.
+    Returns the final evaluation metrics."""
+    import torch
+
+    from rookworld import checkpoint
+    from rookworld.data.sources import load_source
+    from rookworld.evaluate import EvalConfig, encode_prompts, evaluate_model
+    from rookworld.hub import load_model, save_model
+    from rookworld.log import Progress, RunLogger
+
+    started = time.perf_counter()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = _device(cfg)
+    out = Path(cfg.out)
+    train_set = load_source(cfg.data, "train", limit=cfg.data_limit)
+    eval_set = load_source(cfg.data, "eval")
+
+    state: dict[str, Any] | None = None
+    if resume:
+        found = checkpoint.latest(out)
+        if found is None:
+            raise UserError(f"--resume {out}: no complete checkpoint there; start a new run with --out {out}")
+        state = checkpoint.load_state(found)
+        model, tokenizer = load_model(found)
+    elif cfg.init_from:
+        model, tokenizer = load_model(cfg.init_from)
+    else:
+        model, tokenizer = new_model(cfg, train_set.samples)
+    model.to(device).train()
+    context = model.config.n_positions
+    if cfg.mode == "packed" and cfg.seq_len + 1 > context:
+        raise UserError(f"--seq-len {cfg.seq_len}: rows of seq_len + 1 tokens exceed the model's context "
+                        f"of {context}; use a smaller --seq-len")
+    train_samples = fitting(train_set.samples, tokenizer, context, f"{cfg.data} (train)")
+    eval_pool = fitting(eval_set.samples, tokenizer, context, f"{cfg.data} (eval)")
+    eval_samples = balanced_subset(eval_pool, cfg.eval_samples)
+    loss_samples = balanced_subset(eval_pool, cfg.eval_loss_samples)
+
+    stream = TrainStream(train_samples, cfg.p_fraction, cfg.fresh_a, cfg.seed)
+    packer = Packer(cfg.seq_len)
+    optimizer = make_optimizer(model, cfg)
+    step, elapsed_before, trained_tokens = 0, 0.0, 0
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        stream.load_state_dict(state["stream"])
+        packer.load_state_dict(state["packer"])
+        checkpoint.restore_rng_state(state["rng"])
+        step, elapsed_before, trained_tokens = state["step"], state["elapsed_s"], state["trained_tokens"]
+    log.info("model: %d parameters, vocabulary %d, context %d; %d training samples, %d eval samples",
+             model.num_parameters(), tokenizer.vocab_size, context, len(train_samples), len(eval_samples))
+
+    def next_documents() -> list[list[int]]:
+        batch = stream.next(cfg.batch_size)
+        prompts = encode_prompts(tokenizer, [s.prompt for s in batch])
+        targets = tokenizer.encode_batch([s.target for s in batch])
+        return [packed_document(p, t) for p, t in zip(prompts, targets)]
+
+    def micro_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        if cfg.mode == "packed":
+            return packer.rows(cfg.batch_size, next_documents)
+        return target_batch(encode_samples(tokenizer, stream.next(cfg.batch_size)), tokenizer.eos_id)
+
+    def evaluate() -> dict[str, float]:
+        metrics = heldout_loss(model, tokenizer, loss_samples, cfg.eval_batch_size)
+        generated = evaluate_model(model, tokenizer, eval_samples, EvalConfig(batch_size=cfg.eval_batch_size))
+        metrics.update({f"eval/{name}": value for name, value in generated.items()})
+        return metrics
+
+    def record(final_metrics: Mapping[str, float]) -> dict[str, Any]:
+        return {"command": command_line(cfg), "config": dataclasses.asdict(cfg), "step": step,
+                "trained_tokens": trained_tokens, "wall_time_s": round(elapsed_before + time.perf_counter()
+                                                                         - started, 1),
+                "data": {"source": cfg.data, "train_samples": len(train_samples),
+                         "eval_samples": len(eval_samples), "fresh_a": cfg.fresh_a},
+                "parameters": model.num_parameters(), "hardware": hardware(), "metrics": dict(final_metrics)}
+
+    def save_checkpoint(metrics: Mapping[str, float]) -> None:
+        run_state = {"optimizer": optimizer.state_dict(), "stream": stream.state_dict(),
+                     "packer": packer.state_dict(), "rng": checkpoint.capture_rng_state(),
+                     "elapsed_s": elapsed_before + time.perf_counter() - started, "trained_tokens": trained_tokens}
+        checkpoint.save(out, step, run_state, lambda d: save_model(model, tokenizer, d, record(metrics)),
+                        metrics=metrics, keep_last=cfg.keep_last, best_metric=cfg.best_metric,
+                        higher_is_better=not cfg.best_metric.startswith("eval/loss"))
+
+    logger = RunLogger(out, cfg, tensorboard=cfg.tensorboard, resume_step=step if resume else None)
+    progress = Progress(cfg.steps, start=step, description="sft",
+                        fields={"loss": "loss", "eval/loss": "eval loss", "eval/A/exact": "A exact",
+                                "eval/P/best_move_legal": "P legal"})
+    metrics: dict[str, float] = {}
+    with logger, progress:
+        while step < cfg.steps:
+            t0 = time.perf_counter()
+            lr = learning_rate(step, cfg)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batches = [micro_batch() for _ in range(cfg.grad_accum)]
+            loss_tokens = sum(int(mask.sum()) for _, mask in batches)
+            total = 0.0
+            for rows, mask in batches:
+                loss = batch_nll(model, rows.to(device), mask.to(device)).sum() / loss_tokens
+                loss.backward()
+                total += loss.item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            trained_tokens += sum(rows.numel() for rows, _ in batches)
+            seconds = time.perf_counter() - t0
+            step_metrics = {"loss": total, "lr": lr, "grad_norm": float(grad_norm), "time/step": seconds,
+                            "tokens/loss": loss_tokens,
+                            "tokens/per_s": sum(rows.numel() for rows, _ in batches) / seconds}
+            logger.log(step, step_metrics)
+            eval_now = step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0)
+            if eval_now:
+                metrics = evaluate()
+                logger.log_eval(step, metrics)
+                log.info("step %d: %s", step, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
+            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                save_checkpoint(metrics if eval_now else {})
+            progress.update(step, {**step_metrics, **metrics})
+    if cfg.export:
+        export = model if cfg.export_dtype == "float32" else _copy_as(model, torch.float16)
+        save_model(export, tokenizer, cfg.export, record(metrics))
+    return metrics
+
+
+def _copy_as(model: GPT, dtype: torch.dtype) -> GPT:
+    import copy
+
+    return copy.deepcopy(model).to(dtype)
+
+
+# ---------------------------------------------------------------- command
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rookworld.config import add_config_arguments
+
+    parser.add_argument("--config", help="TOML file of config fields (flags override it)")
+    parser.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its latest checkpoint, "
+                        "with its saved config (flags given here override it, e.g. --steps)")
+    add_config_arguments(parser, SFTConfig)
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[SFTConfig, bool]:
+    """The run's config (defaults, then the TOML file or the resumed run's config, then flags) and
+    whether it resumes."""
+    from rookworld.config import build_config, load_toml
+    from rookworld.log import CONFIG_FILE
+
+    if args.resume and args.config:
+        raise UserError("--resume continues a run with its own saved config; leave out --config")
+    if args.resume:
+        if args.out not in (None, args.resume):
+            raise UserError(f"--resume {args.resume} writes to that run directory; leave out --out {args.out}")
+        saved = Path(args.resume) / CONFIG_FILE
+        if not saved.is_file():
+            raise UserError(f"--resume {args.resume}: no {CONFIG_FILE} there; is it a `rookworld sft` run directory?")
+        values = json.loads(saved.read_text(encoding="utf-8"))
+        values["out"] = args.resume
+        return build_config(SFTConfig, args, values), True
+    values = load_toml(args.config) if args.config else None
+    return build_config(SFTConfig, args, values), False
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    cfg, resume = config_from_args(args)
+    metrics = main(cfg, resume=resume)
+    print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=2))
+    return 0

@@ -1,0 +1,135 @@
+"""`rookworld data generate` end to end with the real engine: labels, mix, manifest, byte-identical
+reruns, resume after an interruption, PGN input, and `data stats` / `data export` on the result."""
+
+import json
+import shutil
+
+import chess
+import chess.pgn
+import numpy as np
+import pytest
+
+from rookworld import arbiter, cli, text
+from rookworld.data.generate import PROGRESS, GenerateConfig, generate, shard_name
+from rookworld.data.position import position_key
+from rookworld.data.sources import load_files
+from rookworld.data.splits import split_of
+from rookworld.errors import UserError
+
+pytestmark = pytest.mark.stockfish
+
+TINY = dict(p_positions=8, a_samples=30, seed=11, depth=2, selfplay_nodes=100, shard_size=20, processes=2)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen") / "data"
+    return out, generate(GenerateConfig(out=str(out), **TINY))
+
+
+def _data_bytes(out):
+    return {path.name: path.read_bytes() for path in sorted(out.glob("shard-*.jsonl.gz"))}
+
+
+def test_generation_labels_p_with_stockfish_rank_1_and_a_with_the_arbiter(generated):
+    out, manifest = generated
+    samples = load_files(out, "all").samples
+    p_samples = [s for s in samples if s.task == "P"]
+    a_samples = [s for s in samples if s.task == "A"]
+    assert (len(p_samples), len(a_samples)) == (8, 30)
+    assert len({position_key(s.fen) for s in p_samples}) == 8
+    for sample in p_samples:
+        analysis = sample.analysis
+        assert analysis.limit == "depth=2" and list(analysis.evals) == sorted(analysis.evals, reverse=True)
+        board = chess.Board(analysis.fen)
+        assert len(analysis.moves) == min(5, board.legal_moves.count())
+        parsed = text.parse_p_line(sample.prompt + sample.target)
+        assert not parsed.errors and parsed.best == analysis.moves[0]  # B: is rank 1, for black too
+        assert sorted(parsed.moves) == sorted(analysis.moves)
+        assert dict(zip(parsed.moves, parsed.evals)) == {m: round(e, 2) for m, e in zip(analysis.moves, analysis.evals)}
+    for sample in a_samples:
+        assert sample.target == text.a_target(arbiter.transition_for_prompt(sample.prompt))
+    assert manifest["counts"]["task"] == {"A": 30, "P": 8}
+    assert sum(manifest["counts"]["case"].values()) == 30 and manifest["counts"]["case"]["illegal"] >= 2
+    assert manifest["stockfish"]["engine"].startswith("Stockfish")
+    assert manifest["stockfish"]["label_limit"] == "depth=2" and manifest["stockfish"]["multipv"] == 5
+    assert manifest["seed"] == 11 and "--seed 11" in manifest["command"] and manifest["created"]
+    assert json.loads((out / "manifest.json").read_text()) == manifest
+
+
+def test_the_same_seed_gives_byte_identical_data(generated, tmp_path):
+    out, _ = generated
+    again = tmp_path / "again"
+    generate(GenerateConfig(out=str(again), **{**TINY, "processes": 1}))
+    assert _data_bytes(again) == _data_bytes(out) and len(_data_bytes(out)) == 2
+
+
+def test_other_settings_in_a_used_directory_are_refused(generated, tmp_path):
+    out, _ = generated
+    with pytest.raises(UserError, match="other settings"):
+        generate(GenerateConfig(out=str(out), **{**TINY, "seed": 12}))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "file.txt").write_text("x")
+    with pytest.raises(UserError, match="not a generation directory"):
+        generate(GenerateConfig(out=str(tmp_path / "other"), **TINY))
+
+
+def _write_pgn(path, seed, games):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as handle:
+        for _ in range(games):
+            board = chess.Board()
+            while not board.is_game_over() and board.ply() < 90:
+                moves = list(board.legal_moves)
+                board.push(moves[int(rng.integers(len(moves)))])
+            print(chess.pgn.Game.from_board(board), file=handle, end="\n\n")
+    return path
+
+
+def test_pgn_generation_resumes_after_an_interruption_and_feeds_stats_and_export(tmp_path, capsys):
+    pgns = [_write_pgn(tmp_path / "a.pgn", 1, 3), _write_pgn(tmp_path / "b.pgn", 2, 3)]
+    out = tmp_path / "data"
+    args = ["data", "generate", "--out", str(out), "--p-positions", "12", "--a-samples", "40", "--seed", "5",
+            "--depth", "2", "--shard-size", "26", "--processes", "2", "--pgn", *map(str, pgns)]
+    assert cli.main(args) == 0
+    finished = _data_bytes(out)
+    assert len(finished) == 2
+
+    positions = set()  # every P position comes from the PGN games
+    for pgn in pgns:
+        with open(pgn) as handle:
+            while (game := chess.pgn.read_game(handle)) is not None:
+                board = game.board()
+                for move in game.mainline_moves():
+                    positions.add(position_key(board.fen()))
+                    board.push(move)
+    samples = load_files(out, "all").samples
+    assert {position_key(s.fen) for s in samples if s.task == "P"} <= positions
+
+    # an interruption after the first shard: the second shard is missing from disk and from progress.json
+    progress = json.loads((out / PROGRESS).read_text())
+    del progress["shards"]["1"]
+    (out / PROGRESS).write_text(json.dumps(progress))
+    (out / shard_name(1)).unlink()
+    (out / "manifest.json").unlink()
+    assert cli.main(args) == 0
+    assert _data_bytes(out) == finished
+    assert json.loads((out / "manifest.json").read_text())["games"] == 4  # 2 per shard, read on after resume
+
+    capsys.readouterr()
+    assert cli.main(["data", "stats", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "illegal" in shown and "phase" in shown and "rows used: 52" in shown
+    target = tmp_path / "train.jsonl"
+    assert cli.main(["data", "export", "--source", str(out), "--split", "train", "--out", str(target)]) == 0
+    exported = load_files(target, "all").samples
+    assert [s.prompt for s in exported] == [s.prompt for s in load_files(out, "train").samples]
+    assert all(split_of(s.fen) == "train" for s in exported) and len(exported) < 52
+
+
+def test_copied_generation_directory_is_complete_and_rerun_is_a_no_op(generated, tmp_path):
+    out, manifest = generated
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    again = generate(GenerateConfig(out=str(copy), **TINY))
+    assert _data_bytes(copy) == _data_bytes(out) and again["counts"] == manifest["counts"]

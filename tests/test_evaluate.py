@@ -1,0 +1,117 @@
+"""Metric definitions on hand-made predictions, and batched evaluation equal to unbatched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rookworld import cli, metrics, text
+from rookworld.analysis import Analysis
+from rookworld.data.sample import Sample, a_sample
+from rookworld.evaluate import EvalConfig, complete, evaluate_completions
+
+FEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+ANALYSIS = Analysis(FEN, ("f1b5", "d2d4", "f1c4", "b1c3", "d2d3"), (0.45, 0.4, 0.3, 0.2, 0.1), "depth=10")
+P = Sample("P", text.p_prompt(FEN), text.p_target(FEN, ANALYSIS.moves, ANALYSIS.evals, "f1b5"), ANALYSIS,
+           {"label_best": "d2d4"})
+
+
+def p_completion(moves, evals, best):
+    return text.p_target(FEN, moves, evals, best)
+
+
+def test_exact_p_target_scores_full_marks():
+    m = metrics.p_metrics(P, P.target)
+    assert m == {"P/format_valid": 1.0, "P/best_move_legal": 1.0, "P/best_move_acc": 1.0, "P/top5_overlap": 1.0,
+                 "P/best_move_acc_label": 0.0, "P/eval_mae": 0.0}
+
+
+def test_illegal_best_move():
+    m = metrics.p_metrics(P, p_completion(ANALYSIS.moves, ANALYSIS.evals, "e1e3"))
+    assert m["P/best_move_legal"] == 0.0 and m["P/best_move_acc"] == 0.0 and m["P/format_valid"] == 1.0
+
+
+def test_best_move_outside_top5_and_partial_overlap():
+    # h2h3 is legal but not in the top 5; two of five candidates are right; evals off by 0.5 and 1.0 pawns.
+    completion = p_completion(["f1b5", "d2d4", "h2h3", "a2a3", "g1h1"], [0.95, -0.6, 0.0, 0.0, 0.0], "h2h3")
+    m = metrics.p_metrics(P, completion)
+    assert m["P/best_move_legal"] == 1.0 and m["P/best_move_acc"] == 0.0
+    assert m["P/top5_overlap"] == pytest.approx(2 / 5)
+    assert m["P/eval_mae"] == pytest.approx((0.5 + 1.0) / 2)
+
+
+def test_label_accuracy_follows_the_datas_own_b_label():
+    m = metrics.p_metrics(P, p_completion(ANALYSIS.moves, ANALYSIS.evals, "d2d4"))
+    assert m["P/best_move_acc_label"] == 1.0 and m["P/best_move_acc"] == 0.0
+
+
+def test_a_metrics_exact_and_wrong_flags():
+    sample = a_sample("A: " + FEN + "+f1b5+e2e4 e7e5 g1f3 b8c6 f1b5+")
+    exact = metrics.a_metrics(sample, sample.target)
+    assert exact["A/exact"] == exact["A/fen_exact"] == exact["A/similarity"] == exact["A/fen_field_acc"] == 1.0
+    fen, reward, _, _ = sample.target.split("+")
+    wrong = metrics.a_metrics(sample, f"{fen}+{reward}+1+1")
+    assert wrong["A/exact"] == 0.0 and wrong["A/fen_exact"] == 1.0 and wrong["A/reward_acc"] == 1.0
+    assert wrong["A/terminated_acc"] == 0.0 and wrong["A/truncated_acc"] == 0.0
+    assert 0.9 < wrong["A/similarity"] < 1.0
+
+
+def test_a_fen_field_accuracy_counts_fields():
+    sample = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    fen = sample.target.split("+")[0].split(" ")
+    fen[4], fen[5] = "9", "9"  # wrong half-move clock and move number: 4 of 6 fields right
+    m = metrics.a_metrics(sample, " ".join(fen) + "+0.001+0+0")
+    assert m["A/fen_field_acc"] == pytest.approx(4 / 6) and m["A/fen_exact"] == 0.0
+
+
+def test_rare_case_accuracy_is_reported_by_case():
+    illegal = a_sample("A: " + FEN + "+e1e3+e1e3+")
+    m = metrics.a_metrics(illegal, illegal.target)
+    assert illegal.meta["case"] == "illegal" and m["A/exact/illegal"] == 1.0
+
+
+def test_aggregate_counts_and_rewards():
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    result = evaluate_completions([P, a], [[P.target], ["garbage"]])
+    assert result["count/P"] == 1 and result["count/A"] == 1
+    assert result["reward/P"] == pytest.approx(1.0) and result["reward/A"] < 0.5
+    assert result["reward/mean"] == pytest.approx((result["reward/P"] + result["reward/A"]) / 2)
+
+
+def test_pass_at_n_counts_prompts_with_one_right_answer():
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    result = evaluate_completions([a], [["wrong", a.target, "wrong"]])
+    assert result["A/exact@3"] == 1.0 and result["A/exact"] == pytest.approx(1 / 3)
+
+
+def test_batched_evaluation_equals_unbatched(tiny_gpt, gpt2_tokenizer, fixtures_dir):
+    rows = json.loads((fixtures_dir / "a_task_openings_sample.json").read_text())[:6]
+    samples = [a_sample(r["prompt"]) for r in rows] + [P]
+    torch.manual_seed(0)
+    from rookworld.model import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=gpt2_tokenizer.vocab_size, n_positions=512, n_embd=32, n_layer=2,
+                          n_head=2)).eval()
+    one = complete(model, gpt2_tokenizer, samples, EvalConfig(batch_size=1))
+    many = complete(model, gpt2_tokenizer, samples, EvalConfig(batch_size=4))
+    assert one == many
+
+
+def test_eval_command_scores_a_predictions_file(tmp_path, capsys):
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    path = tmp_path / "pred.jsonl"
+    path.write_text(json.dumps({"prompt": a.prompt, "completion": a.target}) + "\n"
+                    + json.dumps({"prompt": a.prompt, "completion": "nonsense"}) + "\n")
+    out = tmp_path / "m.json"
+    assert cli.main(["eval", "--predictions", str(path), "--out", str(out), "--processes", "1"]) == 0
+    result = json.loads(out.read_text())["pred.jsonl"]
+    assert result["A/exact"] == 0.5 and result["count/A"] == 2
+
+
+def test_eval_command_bad_predictions_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "pred.jsonl"
+    path.write_text('{"prompt": "X: nothing", "completion": ""}\n')
+    assert cli.main(["eval", "--predictions", str(path), "--processes", "1"]) == 2
+    assert "line 1" in capsys.readouterr().err

@@ -1,0 +1,189 @@
+"""`rookworld sft`: rows and masks, packing, the schedule, fresh A samples, overfitting, exact resume, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import safetensors.torch
+import torch
+from conftest import FIXTURES
+
+from rookworld import arbiter, checkpoint, cli, text
+from rookworld.data.rows import from_line
+from rookworld.data.sample import a_sample
+from rookworld.data.splits import split_of
+from rookworld.evaluate import encode_prompts
+from rookworld.hub import load_model, read_metadata
+from rookworld.sft import (FreshASamples, Packer, SFTConfig, encode_samples, learning_rate, main, packed_document,
+                           target_batch)
+from rookworld.tokenizer import Tokenizer
+
+# A model small enough that a few steps take well under a second.
+TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 320, "tensorboard": False, "eval_samples": 4,
+        "eval_loss_samples": 8, "eval_batch_size": 8, "batch_size": 8, "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory) -> Path:
+    """Real RookWorld rows: 250 P lines and 120 A prompts (their targets computed by the arbiter)."""
+    p_lines = [line for line in (FIXTURES / "rook_val_sample.txt").read_text().splitlines() if line.strip()]
+    a_prompts = [row["prompt"] for row in json.loads((FIXTURES / "a_task_openings_sample.json").read_text())[:120]]
+    path = tmp_path_factory.mktemp("sft") / "tiny.jsonl"
+    with open(path, "w") as handle:
+        for line in p_lines:
+            handle.write(json.dumps({"text": line}) + "\n")
+        for prompt in a_prompts:
+            handle.write(json.dumps({"task": "A", "prompt": prompt}) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def char_tokenizer() -> Tokenizer:
+    return Tokenizer.train_chess(["P: A: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
+
+
+def p_example():
+    line = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()[0]
+    return from_line(line)
+
+
+def test_target_mask_covers_exactly_the_target_and_final_eos(char_tokenizer):
+    sample = p_example()
+    a = a_sample("A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+")
+    encoded = encode_samples(char_tokenizer, [sample, a])
+    rows, mask = target_batch(encoded, pad_id=char_tokenizer.eos_id)
+    eos = char_tokenizer.eos_id
+    for row, (s, (ids, prompt_length)) in enumerate(zip([sample, a], encoded)):
+        # The prompt part is what generation feeds the model: [eos] + prompt ids.
+        assert ids[:prompt_length] == encode_prompts(char_tokenizer, [s.prompt])[0]
+        assert rows[row, 0] == eos
+        assert char_tokenizer.decode(rows[row][mask[row]].tolist()) == s.target + "<|endoftext|>"
+        assert not mask[row, :prompt_length].any()
+        assert int(mask[row].sum()) == len(s.target) + 1  # one token per character, and the EOS
+    # The shorter row is right-padded; its pad positions are not in the loss.
+    short = min(range(2), key=lambda r: len(encoded[r][0]))
+    assert not mask[short, len(encoded[short][0]):].any()
+    assert a.target == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+
+
+def test_packed_rows_put_eos_before_each_document_and_predict_every_token_once(char_tokenizer):
+    eos = char_tokenizer.eos_id
+    texts = [("P: 8/8/8/4k3/8/8/8/4K3 w - - 0 1", "  M: e1e2"), ("A: x+e2e4+e2e4+", "y+0.001+0+0"),
+             ("P: k7/8/8/8/8/8/8/7K b - - 0 1", " M: a8b8")] * 4
+    docs = [packed_document(encode_prompts(char_tokenizer, [p])[0], char_tokenizer.encode(t)) for p, t in texts]
+    queue = list(docs)
+    packer = Packer(seq_len=16)
+    rows1, mask1 = packer.rows(3, lambda: [queue.pop(0)])
+    rows2, _ = packer.rows(2, lambda: [queue.pop(0)])
+    assert rows1.shape == (3, 17) and rows2.shape == (2, 17)
+    assert not mask1[:, 0].any() and mask1[:, 1:].all()
+    # Consecutive rows overlap by one token: the stream is the documents back to back.
+    all_rows = torch.cat([rows1, rows2])
+    stream = [all_rows[0, 0].item()] + [t for row in all_rows for t in row[1:].tolist()]
+    flat = [t for doc in docs for t in doc]
+    assert stream == flat[:len(stream)]
+    # Every document starts with EOS, so a target is followed by the next document's EOS.
+    starts = [sum(len(d) for d in docs[:i]) for i in range(len(docs))]
+    assert all(flat[s] == eos for s in starts)
+    assert flat.count(eos) == len(docs)
+    assert char_tokenizer.decode(flat[starts[0]:starts[1] + 1]) == \
+        "<|endoftext|>" + texts[0][0] + texts[0][1] + "<|endoftext|>"
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor():
+    cfg = SFTConfig(lr=1e-3, warmup_steps=10, steps=110, min_lr_ratio=0.1)
+    assert learning_rate(0, cfg) == pytest.approx(1e-4)
+    assert learning_rate(9, cfg) == pytest.approx(1e-3)
+    assert learning_rate(60, cfg) == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 50 / 99)))
+    assert learning_rate(109, cfg) == pytest.approx(1e-4)
+    rates = [learning_rate(s, cfg) for s in range(10, 110)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+
+
+def test_fresh_a_samples_are_true_train_split_and_resumable(data_file):
+    from rookworld.data.sources import load_source
+
+    samples = load_source(str(data_file), "train").samples
+    first = FreshASamples(samples, seed=3)
+    drawn = [first.next() for _ in range(40)]
+    for sample in drawn:
+        assert sample.task == "A"
+        assert sample.target == text.a_target(arbiter.transition_for_prompt(sample.prompt))
+        assert split_of(sample.fen) == "train"
+    assert len({s.prompt for s in drawn}) == len(drawn)
+    assert {s.prompt for s in drawn}.isdisjoint(s.prompt for s in samples)
+    # Same seed, same stream; a state restored mid-stream continues it.
+    second = FreshASamples(samples, seed=3)
+    assert [second.next().prompt for _ in range(25)] == [s.prompt for s in drawn[:25]]
+    third = FreshASamples(samples, seed=3)
+    third.load_state_dict(second.state_dict())
+    assert [third.next().prompt for _ in range(15)] == [s.prompt for s in drawn[25:]]
+
+
+def _config(data_file: Path, out: Path, **overrides) -> SFTConfig:
+    return SFTConfig(**{"data": str(data_file), "out": str(out), **TINY, **overrides})
+
+
+def test_loss_decreases_when_overfitting_a_few_samples(data_file, tmp_path):
+    cfg = _config(data_file, tmp_path / "run", data_limit=8, p_fraction=1.0, steps=40, lr=1e-2, warmup_steps=2, eval_every=0,
+                  checkpoint_every=0, keep_last=0)
+    main(cfg)
+    losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())]
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+
+
+def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return safetensors.torch.load_file(ckpt / "model.safetensors")
+
+
+@pytest.mark.parametrize("mode,fresh_a", [("target", 0.5), ("packed", 0.0)])
+def test_resume_continues_bit_identically(data_file, tmp_path, mode, fresh_a):
+    cfg = _config(data_file, tmp_path / "full", mode=mode, fresh_a=fresh_a, seq_len=64, steps=6,
+                  checkpoint_every=3, eval_every=0, keep_last=2, grad_accum=2)
+    main(cfg)
+    full = _weights(tmp_path / "full" / checkpoint.LAST)
+    # The same run cut off after step 3: only its step-3 checkpoint survives.
+    cut = tmp_path / "cut"
+    shutil.copytree(tmp_path / "full", cut)
+    shutil.rmtree(cut / checkpoint.LAST)
+    shutil.rmtree(cut / checkpoint.step_dir_name(6))
+    main(_config(data_file, cut, mode=mode, fresh_a=fresh_a, seq_len=64, steps=6, checkpoint_every=3,
+                 eval_every=0, keep_last=2, grad_accum=2), resume=True)
+    resumed = _weights(cut / checkpoint.LAST)
+    assert full.keys() == resumed.keys()
+    assert all(torch.equal(full[name], resumed[name]) for name in full)
+    assert checkpoint.read_info(cut / checkpoint.LAST)["step"] == 6
+    steps = [r["step"] for r in map(json.loads, (cut / "metrics.jsonl").read_text().splitlines())]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_path):
+    config = tmp_path / "sft.toml"
+    config.write_text(f'data = "{data_file}"\npreset = "tiny"\nsteps = 3\nbatch_size = 4\neval_samples = 4\n'
+                      'eval_loss_samples = 4\ntensorboard = false\nthreads = 1\n')
+    out, export = tmp_path / "run", tmp_path / "model"
+    code = cli.main(["sft", "--config", str(config), "--out", str(out), "--export", str(export),
+                     "--export-dtype", "float16", "--checkpoint-every", "2"])
+    assert code == 0
+    model, tokenizer = load_model(out / checkpoint.LAST)
+    assert tokenizer.vocab_size == 257 and model.config.n_layer == 2
+    exported, _ = load_model(export)
+    assert exported.wte.weight.dtype == torch.float32  # stored as float16, read back as float32
+    assert torch.equal(exported.wte.weight, model.wte.weight.half().float())
+    meta = read_metadata(export)
+    assert meta["command"].startswith("rookworld sft ") and "--steps 3" in meta["command"]
+    assert meta["step"] == 3 and "eval/A/exact" in meta["metrics"]
+    assert checkpoint.read_info(out / checkpoint.step_dir_name(2))["step"] == 2
+    # Resuming the finished run with more steps continues it.
+    assert cli.main(["sft", "--resume", str(out), "--steps", "4"]) == 0
+    assert checkpoint.read_info(out / checkpoint.LAST)["step"] == 4
+
+
+def test_cli_rejects_resume_without_checkpoint(tmp_path, capsys):
+    assert cli.main(["sft", "--resume", str(tmp_path)]) == 2
+    assert "no config.json" in capsys.readouterr().err
