@@ -1,4 +1,4 @@
-"""`python benchmarks/generate.py [--config small gpt2] [--prompts 8] [--samples 4] [--new-tokens 64] [--device cpu]`
+"""`python benchmarks/generate.py [--config small gpt2] [--prompts 8] [--samples 4] [--new-tokens 64] [--threads N]`
 
 Group sampling speed and memory: rookworld's `generate_groups` against transformers'
 `GPT2LMHeadModel.generate` on the same random weights (our 50257-token vocabulary) and the same work:
@@ -48,6 +48,7 @@ class Spec:
     compile: bool
     cuda_graph: bool
     repeats: int
+    threads: int
     seed: int = 0
 
 
@@ -179,18 +180,20 @@ def timed(generate, new_tokens: int, cuda: bool) -> tuple[float, torch.Tensor]:
 
 
 def measure(spec: Spec) -> Result:
-    """One implementation on one configuration; runs in its own process."""
+    """One implementation on one configuration; runs in its own process. Peak memory is taken over all
+    the generation runs, warm-up included, above the memory of the loaded model."""
     cuda = spec.device.startswith("cuda")
+    torch.set_num_threads(spec.threads)
     with torch.inference_mode():
         generate = make_generate(spec)
-        generate(spec.new_tokens if spec.compile else 4)  # warm-up (compiles the decode step for its shapes)
         gc.collect()
-        prefill = statistics.median(timed(generate, 1, cuda)[0] for _ in range(spec.repeats))
         if cuda:
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-        totals = []
         with PeakRSS() as rss:
+            generate(spec.new_tokens if spec.compile else 4)  # warm-up (compiles the decode step for its shapes)
+            prefill = statistics.median(timed(generate, 1, cuda)[0] for _ in range(spec.repeats))
+            totals = []
             for _ in range(spec.repeats):
                 seconds, out = timed(generate, spec.new_tokens, cuda)
                 totals.append(seconds)
@@ -205,7 +208,7 @@ def run_isolated(spec: Spec) -> Result:
 
 def check_same_weights(config: str, seed: int) -> float:
     """Max |logit difference| of ours and transformers' copy on one random batch (should be ~1e-5)."""
-    spec = Spec("rookworld", config, 2, 1, 1, (8, 8), "cpu", False, False, 1, seed)
+    spec = Spec("rookworld", config, 2, 1, 1, (8, 8), "cpu", False, False, 1, torch.get_num_threads(), seed)
     model = random_model(spec)
     ids = torch.tensor(random_prompts(spec))
     with torch.inference_mode():
@@ -224,11 +227,13 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true", help="torch.compile our decode step (CUDA)")
     parser.add_argument("--cuda-graph", action="store_true", help="replay our decode step as a CUDA graph")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per measurement (median)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="CPU threads (default: torch's); 1 gives steadier numbers on a busy machine")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device visible")
 
-    print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} threads; "
+    print(f"torch {torch.__version__}, {args.device}, {args.threads} threads; "
           f"{args.prompts} prompts x {args.samples} samples, {args.new_tokens} new tokens, "
           f"prompt length {args.prompt_tokens[0]}-{args.prompt_tokens[1]}", file=sys.stderr)
     rows = []
@@ -238,7 +243,7 @@ def main() -> int:
         for impl in args.impl:
             spec = Spec(impl, config, args.prompts, args.samples, args.new_tokens, tuple(args.prompt_tokens),
                         args.device, args.compile and impl == "rookworld", args.cuda_graph and impl == "rookworld",
-                        args.repeats)
+                        args.repeats, args.threads)
             results[impl] = run_isolated(spec)
             r = results[impl]
             print(f"  {impl}: {r.total_s:.2f} s, output {r.shape}", file=sys.stderr)

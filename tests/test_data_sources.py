@@ -141,3 +141,21 @@ def test_export_writes_samples_that_load_back_identically(hub_rows, tmp_path, ca
     assert len(records) == 550 and all({"task", "prompt", "target"} <= set(r) for r in records)
     again = load_source(str(out), "all").samples
     assert [s.to_json() for s in again] == [s.to_json() for s in load_source(str(source), "all").samples]
+
+
+def test_the_embedded_dataset_is_the_default_and_split_by_position():
+    from rookworld.data.sources import embedded_path
+    from rookworld.data.splits import split_of
+
+    manifest = json.loads((embedded_path() / "manifest.json").read_text())
+    assert manifest["counts"]["task"]["P"] >= 30_000 and manifest["counts"]["task"]["A"] >= 100_000
+    assert set(manifest["counts"]["split"]) == {"train", "eval"}
+    assert manifest["command"].startswith("rookworld data generate")
+    size = sum(p.stat().st_size for p in embedded_path().glob("*.jsonl.gz"))
+    assert size < 10 * 2**20
+    train = load_source(limit=300)  # the default source and split: embedded, train
+    held_out = load_source("embedded", "eval", limit=300)
+    assert train.source == "embedded" and train.split == "train"
+    assert all(split_of(s.fen) == "train" for s in train.samples)
+    assert all(split_of(s.fen) == "eval" for s in held_out.samples)
+    assert {s.task for s in held_out.samples} == {"P", "A"}

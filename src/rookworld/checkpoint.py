@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from rookworld.errors import UserError
+from rookworld.fsutil import OLD_SUFFIX, fsync_tree, old_path, publish_dir
 from rookworld.log import jsonable
 
 LAST = "checkpoint-last"
@@ -44,41 +45,14 @@ STEP_PATTERN = re.compile(r"checkpoint-step-(\d+)")
 STATE_PT = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
 _TMP_PREFIX = ".tmp-"
-_OLD_SUFFIX = ".old"
 
 
 def step_dir_name(step: int) -> str:
     return f"checkpoint-step-{step:06d}"
 
 
-def _old(target: Path) -> Path:
-    return target.with_name(target.name + _OLD_SUFFIX)
-
-
 def is_complete(ckpt_dir: Path) -> bool:
     return (ckpt_dir / STATE_PT).is_file() and (ckpt_dir / STATE_JSON).is_file()
-
-
-def _fsync_dir(path: Path) -> None:
-    if os.name != "posix":  # directories cannot be opened for fsync on Windows; renames are durable there
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    """Flush every file and directory under root to disk, so a rename publishes durable data."""
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(Path(dirpath))
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -86,21 +60,6 @@ def _link_or_copy(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
-
-
-def _publish(staged: Path, target: Path) -> None:
-    """Rename the complete directory `staged` to `target`, replacing it; `target` or `target.old` is
-    complete at every instant."""
-    old = _old(target)
-    if target.exists():
-        if old.exists():  # left by a crash while deleting it after an earlier swap
-            shutil.rmtree(old)
-        os.rename(target, old)
-    # target.old alone (a crash between the two renames) stays until the new one is in place
-    os.rename(staged, target)
-    _fsync_dir(target.parent)
-    if old.exists():
-        shutil.rmtree(old)
 
 
 def _staging_dir(out: Path, name: str) -> Path:
@@ -113,8 +72,8 @@ def _publish_copy(source: Path, target: Path) -> None:
     try:
         staged = staging / "checkpoint"
         shutil.copytree(source, staged, copy_function=_link_or_copy)
-        _fsync_tree(staged)
-        _publish(staged, target)
+        fsync_tree(staged)
+        publish_dir(staged, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -140,13 +99,13 @@ def _prune(out: Path, step: int, keep_last: int) -> None:
     branch of a run resumed from an earlier checkpoint; partial ones and .old leftovers are crash debris."""
     kept = [path for saved_step, path in step_checkpoints(out) if saved_step <= step][-keep_last:]
     for path in out.glob("checkpoint-step-*"):
-        if path not in kept and STEP_PATTERN.fullmatch(path.name.removesuffix(_OLD_SUFFIX)):
+        if path not in kept and STEP_PATTERN.fullmatch(path.name.removesuffix(OLD_SUFFIX)):
             shutil.rmtree(path)
 
 
 def _complete_copy(target: Path) -> Path | None:
-    """`target`, or `target.old` after a crash between the two renames of _publish; None if neither."""
-    for candidate in (target, _old(target)):
+    """`target`, or `target.old` after a crash between the two renames of publish_dir; None if neither."""
+    for candidate in (target, old_path(target)):
         if is_complete(candidate):
             return candidate
     return None
@@ -200,8 +159,8 @@ def save(out_dir: str | Path, step: int, state: Mapping[str, Any], write_model: 
         info = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "metrics": jsonable(dict(metrics or {}))}
         (staged / STATE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        _fsync_tree(staged)
-        _publish(staged, last)
+        fsync_tree(staged)
+        publish_dir(staged, last)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if keep_last > 0:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import re
 import shutil
@@ -29,6 +28,7 @@ import torch
 
 from . import __version__
 from .errors import UserError
+from .fsutil import fsync_tree, publish_dir
 from .log import jsonable
 from .model import GPT, GPTConfig
 from .tokenizer import TOKENIZER_FILES, Tokenizer
@@ -250,8 +250,8 @@ def save_model(model: GPT, tokenizer: Tokenizer, out_dir: str | Path, metadata: 
         (staging / METADATA_FILE).write_text(info + "\n", encoding="utf-8")
         safetensors.torch.save_file(ours_to_hf(model), staging / SAFETENSORS_FILE, metadata={"format": "pt"})
         tokenizer.save(staging)
-        _fsync_tree(staging)
-        _replace_dir(staging, out_dir)
+        fsync_tree(staging)
+        publish_dir(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone after a successful rename
 
@@ -269,35 +269,6 @@ def read_metadata(directory: str | Path) -> dict:
 
 def _write_json(path: Path, value: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-
-
-def _fsync(path: Path) -> None:
-    if path.is_dir() and os.name != "posix":  # Windows cannot open a directory to flush it
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    """Flush the files and the directory itself, so the rename publishes data that is on disk."""
-    for path in [*root.iterdir(), root]:
-        _fsync(path)
-
-
-def _replace_dir(staging: Path, target: Path) -> None:
-    """Rename `staging` to `target`; an existing `target` is moved aside first and deleted last, so a
-    crash leaves the old checkpoint under `.NAME.old-*` rather than nothing."""
-    old = None
-    if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.rename(target, old / target.name)
-    os.rename(staging, target)
-    _fsync(target.parent)
-    if old is not None:
-        shutil.rmtree(old)
 
 
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "model"

@@ -32,6 +32,9 @@ from rookworld.sampling import Generation, SamplingSettings, generate_groups
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 ZERO_STD_MODES = ("keep", "drop", "resample")
+# grpo.loss stats: loss terms add up over micro-batches; the others are token means
+SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
+TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
 
 
 @dataclass
@@ -311,8 +314,8 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
             else:
                 ref.append(None)
 
-    totals: dict[str, float] = {}
-    weights: dict[str, float] = {}
+    totals = dict.fromkeys(SUMMED_STATS + TOKEN_MEAN_STATS, 0.0)  # token means as token-weighted sums
+    tokens_seen = 0.0
     grad_norm = 0.0
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
@@ -326,12 +329,11 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                                     max_completion_length=max_completion)
             (loss * scale).backward()
             tokens = float(mask.sum())
-            for key, value in stats.items():
-                if key in ("loss", "pg_loss", "kl_loss", "entropy_loss"):
-                    totals[key] = totals.get(key, 0.0) + value * scale
-                elif key != "kl_share":
-                    totals[key] = totals.get(key, 0.0) + value * tokens
-                    weights[key] = weights.get(key, 0.0) + tokens
+            tokens_seen += tokens
+            for key in SUMMED_STATS:
+                totals[key] += stats[key] * scale
+            for key in TOKEN_MEAN_STATS:
+                totals[key] += stats.get(key, 0.0) * tokens
         for p in policy.parameters():
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -342,14 +344,20 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
             for g in grads:
                 dist.all_reduce(g)
         grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-        if not math.isfinite(grad_norm) or not math.isfinite(totals.get("loss", 0.0)):
+        if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
             optimizer.zero_grad(set_to_none=True)
             return {"grad_norm": grad_norm, "guard/nonfinite": 1.0}
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
         optimizer.step()
-    result = {k: v / cfg.num_iterations for k, v in totals.items() if k not in weights}
-    result.update({k: totals[k] / max(weights[k], 1.0) for k in weights})
+    # Sums over ranks, so every rank sees the same numbers (the rollback decision must agree).
+    keys = SUMMED_STATS + TOKEN_MEAN_STATS
+    *summed, tokens_seen = all_sum([totals[k] for k in keys] + [tokens_seen], d)
+    result = {k: v / cfg.num_iterations for k, v in zip(keys, summed)}
+    for key in TOKEN_MEAN_STATS:
+        result[key] /= max(tokens_seen / cfg.num_iterations, 1.0)
+    if not needs_ref:
+        del result["kl/mean"]
     terms = [abs(result.get(k, 0.0)) for k in ("pg_loss", "kl_loss", "entropy_loss")]
     result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
     result["grad_norm"] = grad_norm
@@ -410,6 +418,9 @@ def step_metrics(groups: list[Group], rewards: list[list[float]], adv: grpo.Adva
     out["reward/mean"] = sum(flat) / len(flat)
     out["reward/std"] = float(np.std(flat))
     out["frac_zero_std"] = adv.frac_zero_std
+    out["adv/mean"] = float(adv.values.mean())
+    out["adv/std"] = float(adv.values.std(correction=0))
+    out["adv/abs_max"] = float(adv.values.abs().max())
     by_task: dict[str, list[float]] = {}
     components: dict[str, list[float]] = {}
     lengths, truncated = [], []

@@ -72,9 +72,10 @@ def _stats(samples: SampleSet) -> int:
 
     counts = tally(samples.samples, samples.eval_fraction)
     console = Console()
-    table = Table(title=f"{samples.source} ({samples.split})")
-    for column in ("count", "key", "n"):
-        table.add_column(column, justify="right" if column == "n" else "left")
+    console.print(f"{samples.source} ({samples.split} split)")
+    table = Table()
+    for column in ("by", "value", "samples"):
+        table.add_column(column, justify="right" if column == "samples" else "left")
     for key, n in counts["task"].items():
         table.add_row("task", key, str(n))
     for key, n in counts["case"].items():
@@ -87,7 +88,7 @@ def _stats(samples: SampleSet) -> int:
             table.add_row(f"{split} split", key, str(n))
     console.print(table)
     report = samples.report
-    console.print(f"rows used: {report.samples}, skipped as unparseable: {report.skipped}, "
+    console.print(f"rows read: {report.samples} usable, {report.skipped} skipped as unparseable; "
                   f"A targets overruled by the arbiter: {report.overruled_targets}")
     return 0
 

@@ -112,8 +112,8 @@ class GenerateConfig:
         parts += [f"--nodes {self.nodes}"] if self.nodes is not None else []
         parts += [f"--processes {self.processes}"] if self.processes is not None else []
         defaults = GenerateConfig(out=self.out)
-        parts += [f"--{name.replace('_', '-')} {getattr(self, name)}"
-                  for name in ("selfplay_nodes", "temperature", "shard_size") if getattr(self, name) != getattr(defaults, name)]
+        parts += [f"--{name.replace('_', '-')} {getattr(self, name)}" for name in ("selfplay_nodes", "temperature",
+                  "shard_size") if getattr(self, name) != getattr(defaults, name)]
         return " ".join(parts)
 
 

@@ -19,6 +19,7 @@ from rookworld.data.cases import case_moves
 _ATTACKERS = "QRRBN"
 _DEFENDERS = "PPPNBR"
 
+
 def _sparse_board(rng: np.random.Generator, turn: chess.Color, fixed: dict[chess.Square, chess.Piece],
                   extra: Sequence[chess.Piece]) -> chess.Board | None:
     """`extra`, and the kings that `fixed` lacks, on random free squares (pawns off the back ranks) beside
@@ -62,7 +63,8 @@ def _last_victim(rng: np.random.Generator, turn: chess.Color) -> chess.Board | N
 def _promoting_pawn(rng: np.random.Generator, turn: chess.Color) -> chess.Board | None:
     rank = 6 if turn == chess.WHITE else 1
     pawn = {chess.square(int(rng.integers(8)), rank): chess.Piece(chess.PAWN, turn)}
-    return _sparse_board(rng, turn, pawn, _pieces(rng, _ATTACKERS, 0, 1, turn) + _pieces(rng, _DEFENDERS, 0, 2, not turn))
+    extra = _pieces(rng, _ATTACKERS, 0, 1, turn) + _pieces(rng, _DEFENDERS, 0, 2, not turn)
+    return _sparse_board(rng, turn, pawn, extra)
 
 
 RECIPES: dict[str, Callable[[np.random.Generator, chess.Color], chess.Board | None]] = {
@@ -82,7 +84,8 @@ def en_passant_position(rng: np.random.Generator, turn: chess.Color) -> tuple[ch
     step_from = chess.square(file + side, start_rank)
     fixed = {chess.square(file, own_rank): chess.Piece(chess.PAWN, turn), step_from: chess.Piece(chess.PAWN, not turn)}
     middle = chess.square(file + side, (own_rank + start_rank) // 2)
-    board = _sparse_board(rng, not turn, fixed, _pieces(rng, _ATTACKERS, 0, 1, turn) + _pieces(rng, _DEFENDERS, 0, 2, not turn))
+    extra = _pieces(rng, _ATTACKERS, 0, 1, turn) + _pieces(rng, _DEFENDERS, 0, 2, not turn)
+    board = _sparse_board(rng, not turn, fixed, extra)
     step = chess.Move(step_from, step_to)
     if board is None or board.piece_at(middle) or board.piece_at(step_to) or not board.is_legal(step):
         return None
