@@ -119,7 +119,7 @@ def test_pgn_generation_resumes_after_an_interruption_and_feeds_stats_and_export
     capsys.readouterr()
     assert cli.main(["data", "stats", str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "illegal" in shown and "phase" in shown and "rows read: 52 usable" in shown
+    assert "illegal" in shown and "phase" in shown and "rows read: 52 in the split, 0 in the other" in shown
     target = tmp_path / "train.jsonl"
     assert cli.main(["data", "export", "--source", str(out), "--split", "train", "--out", str(target)]) == 0
     exported = load_files(target, "all").samples

@@ -176,6 +176,15 @@ def test_checking_for_done_rows_every_few_steps_changes_nothing(tiny_gpt):
         assert torch.equal(getattr(every, field), getattr(sparse, field))
 
 
+def test_a_finished_long_prompt_does_not_run_past_the_context(tiny_gpt):
+    model = tiny_gpt()  # 48 positions
+    long_prompt = list(range(1, 41))
+    settings = [SamplingSettings(max_new_tokens=2), SamplingSettings(max_new_tokens=46)]
+    out = generate_groups(model, [long_prompt, [5, 9]], 1, settings, eos_id=None, greedy=True)
+    assert out.completion_mask.sum(1).tolist() == [2, 46]
+    assert out.completions()[0] == greedy_by_recompute(model, long_prompt, 2)
+
+
 def test_bad_arguments_are_rejected(tiny_gpt):
     model = tiny_gpt()
     with pytest.raises(ValueError, match="temperature"):
@@ -249,13 +258,13 @@ def test_sample_command_is_seeded(saved_checkpoint, capsys):
 
 
 def test_sample_command_reports_bad_input(saved_checkpoint, capsys, monkeypatch, tmp_path):
-    import rookworld.sample
+    import rookworld.hub
 
     code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", "P: x", "--top-p", "0")
     assert code == 2 and "top_p" in err
     code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", "P: x", "--max-new-tokens", "500")
     assert code == 2 and "lower --max-new-tokens" in err
-    monkeypatch.setattr(rookworld.sample, "DEFAULT_MODEL_DIR", tmp_path / "absent")
+    monkeypatch.setattr(rookworld.hub, "DEFAULT_MODEL_DIR", tmp_path / "absent")
     code, _, err = run_cli(capsys, "--prompt", "P: x")
     assert code == 2 and "embedded default model is missing" in err and "--model" in err
 

@@ -123,6 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the metrics as JSON to this file")
     parser.add_argument("--markdown", help="write the metrics table as Markdown to this file")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: 1)")
     parser.add_argument("--processes", type=int, help="Stockfish processes for moves outside the stored "
                         "analysis (default: one per core)")
     add_config_arguments(parser, EvalConfig)
@@ -211,12 +212,11 @@ def run(args: argparse.Namespace) -> int:
             samples = _with_analyses(samples, pool)
             results[Path(args.predictions).name] = evaluate_completions(samples, [[c] for c in completions], pool)
         else:
-            import torch
-
             from rookworld.hub import load_model, resolve_default_model
+            from rookworld.runtime import pick_device
 
             samples = load_source(args.data, "eval", limit=args.limit).samples
-            device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            device = pick_device(args.device, args.threads)
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
                 results[name] = evaluate_model(model, tokenizer, samples, cfg, pool)

@@ -40,9 +40,10 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
     from rookworld.data.sampler import TaskSampler
     from rookworld.evaluate import max_new_tokens
     from rookworld.hub import load_model, resolve_default_model
+    from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
 
-    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device(cfg.device, cfg.threads)
     torch.manual_seed(cfg.seed)
     source = cfg.model or str(resolve_default_model())
     policy, tokenizer = load_model(source, device=device)
@@ -54,7 +55,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
     beta = grpo.BetaController(gcfg).beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d)
+        groups = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d, {})
         rewards = [g.rewards for g in groups]
         adv = grpo.advantages(torch.tensor(rewards), gcfg)
         batch = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
@@ -63,7 +64,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
         update = policy_update(policy, reference, make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
                                max(limits.values()), d)
         policy.eval()
-        after = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d)
+        after = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d, {})
     G = cfg.group_size
     prompts = []
     for b, group in enumerate(groups):

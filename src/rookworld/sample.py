@@ -10,20 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rookworld.errors import UserError
-
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent / "assets" / "model"
-
-
-def default_model_dir() -> Path:
-    """The model embedded in the package, used when no --model is given."""
-    if not (DEFAULT_MODEL_DIR / "config.json").is_file():
-        raise UserError(f"no --model given and the embedded default model is missing ({DEFAULT_MODEL_DIR}); "
-                        "pass --model with a checkpoint directory or a hub id such as jrahn/RookWorld-LM-124M")
-    return DEFAULT_MODEL_DIR
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
@@ -42,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from rookworld.hub import load_model
+    from rookworld.hub import load_model, resolve_default_model
+    from rookworld.runtime import pick_device
     from rookworld.sampling import SamplingSettings, generate_groups
 
     try:
@@ -50,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
                                     max_new_tokens=args.max_new_tokens)
     except ValueError as e:
         raise UserError(f"bad sampling flag: {e}") from None
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, tokenizer = load_model(args.model or default_model_dir(), device=device)
+    device = pick_device(args.device)
+    model, tokenizer = load_model(args.model or resolve_default_model(), device=device)
     prompt_ids = tokenizer.encode_batch(args.prompt)
     context = model.config.n_positions
     for prompt, ids in zip(args.prompt, prompt_ids):

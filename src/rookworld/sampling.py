@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from rookworld.model import GPT, KVCache
 
-CACHE_SLOT_MULTIPLE = 64
+CACHE_SLOT_MULTIPLE = 16
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -156,8 +156,8 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     logits, prompt_cache = model.prefill(prompts, prompt_mask)  # (B, V)
     rows = [s for s in per_prompt for _ in range(group_size)]
     N, max_new = len(rows), max(s.max_new_tokens for s in rows)
-    # Slots for the prompt and each token fed back (the last sampled one never is), rounded up so that
-    # compiled decode steps meet few distinct shapes; unused slots stay masked.
+    # Slots for the prompt and each token fed back (the last sampled one never is), rounded up: CUDA's
+    # memory-efficient attention wants the mask's last dimension aligned. Unused slots stay masked.
     cache = prompt_cache.repeat_rows(group_size, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
     del prompt_cache
     logits = logits.repeat_interleave(group_size, dim=0)  # (N, V)
@@ -191,7 +191,8 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
         fed.copy_(sampled[:, None])
         cache_index.fill_(width + step)
         logits = decode_step(fed, positions, cache, cache_index, key_mask)  # (N, V)
-        positions += 1
+        # Rows that are done keep being fed padding; the clamp keeps their positions inside the table.
+        positions.add_(1).clamp_(max=model.config.n_positions - 1)
 
     steps = int(in_completion.sum(1).max())
     tokens, token_logp, in_completion = tokens[:, :steps], token_logp[:, :steps], in_completion[:, :steps]

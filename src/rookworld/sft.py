@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 MODES = ("target", "packed")
 # Sizes of models trained from scratch; explicit --n-layer/--n-head/--n-embd/--n-positions override them.
 PRESETS: dict[str, dict[str, int]] = {
-    "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 320},
+    "tiny": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 320},
     "small": {"n_layer": 6, "n_head": 8, "n_embd": 256, "n_positions": 320},
     "gpt2-124m": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024},
 }
@@ -65,7 +65,7 @@ class SFTConfig:
     data_limit: int | None = field(default=None, metadata={"help": "use at most this many training samples"})
     init_from: str | None = field(default=None, metadata={"help": "start from this checkpoint directory or "
                                                           "hub id instead of a new model"})
-    preset: str = field(default="small", metadata={"help": f"size of a new model: {', '.join(PRESETS)}"})
+    preset: str = field(default="tiny", metadata={"help": f"size of a new model: {', '.join(PRESETS)}"})
     n_layer: int | None = field(default=None, metadata={"help": "layers of a new model (overrides the preset)"})
     n_head: int | None = field(default=None, metadata={"help": "attention heads of a new model"})
     n_embd: int | None = field(default=None, metadata={"help": "width of a new model"})

@@ -80,10 +80,14 @@ class TrainConfig:
     keep_last: int = field(default=2, metadata={"help": "step checkpoints kept besides checkpoint-last"})
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
     device: str | None = field(default=None, metadata={"help": "policy device (default: cuda when available)"})
+    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: 1; small "
+                                                        "models decode faster on one)"})
     ref_device: str | None = field(default=None, metadata={"help": "reference model device (default: the "
                                                            "policy's)"})
     processes: int | None = field(default=None, metadata={"help": "Stockfish processes for moves outside the "
                                                           "stored analysis (default: one per core)"})
+    engine_rewards: bool = field(default=True, metadata={"help": "score P moves outside the stored analysis with "
+                                                         "Stockfish (false: a flat small credit, no engine time)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -184,18 +188,22 @@ def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> Sa
 
 @torch.no_grad()
 def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
-                  generator: torch.Generator, pool) -> list[Group]:
-    """Sample and score G completions of each prompt of one chunk."""
+                  generator: torch.Generator, pool, timings: dict[str, float]) -> list[Group]:
+    """Sample and score G completions of each prompt of one chunk; adds its seconds to `timings`."""
     from rookworld.rewards import score_batch
 
+    t0 = time.perf_counter()
     ids = encode_prompts(tokenizer, [s.prompt for s in samples])
     settings = [sampling_settings(cfg, limits, s.task) for s in samples]
     gen: Generation = generate_groups(policy, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id,
                                       generator=generator)
     texts = tokenizer.decode_batch(gen.completions())
     G = cfg.group_size
-    scores = score_batch([(s.prompt, texts[i], s.analysis) for i, s in
-                          ((i, samples[i // G]) for i in range(len(texts)))], pool)
+    t1 = time.perf_counter()
+    scores = score_batch([(samples[i // G].prompt, text, samples[i // G].analysis) for i, text in enumerate(texts)],
+                         pool if cfg.engine_rewards else None)
+    timings["time/generate"] = timings.get("time/generate", 0.0) + t1 - t0
+    timings["time/reward"] = timings.get("time/reward", 0.0) + time.perf_counter() - t1
     groups = []
     for b, sample in enumerate(samples):
         rows = slice(b * G, (b + 1) * G)
@@ -206,7 +214,7 @@ def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, li
 
 
 def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
-            first_chunk: int, pool, d: Dist) -> list[Group | None]:
+            first_chunk: int, pool, d: Dist, timings: dict[str, float]) -> list[Group | None]:
     """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None."""
     device = policy.wte.weight.device
     groups: list[Group | None] = [None] * len(samples)
@@ -216,7 +224,7 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             continue
         part = samples[start:start + cfg.rollout_chunk]
         made = rollout_chunk(policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device),
-                             pool)
+                             pool, timings)
         groups[start:start + len(part)] = made
     return groups
 
@@ -453,9 +461,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
     from rookworld.data.sampler import TaskSampler
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import Progress, RunLogger
+    from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
 
-    device = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = pick_device(cfg.device, cfg.threads)
     d = init_distributed(device)
     if d.world > 1 and device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', d.rank))}"
@@ -521,7 +530,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
             t0 = time.perf_counter()
             samples = fixed_batch or sampler.next(cfg.batch_size)
             chunks = math.ceil(len(samples) / cfg.rollout_chunk)
-            groups = rollout(policy, tokenizer, samples, cfg, limits, state.step, 0, pool, d)
+            timings: dict[str, float] = {}
+            groups = rollout(policy, tokenizer, samples, cfg, limits, state.step, 0, pool, d, timings)
             rewards = shared_rewards(groups, d)
             if cfg.zero_std == "resample":
                 for _ in range(cfg.resample_rounds):
@@ -529,13 +539,12 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
                     if not flat_zero:
                         break
                     extra = sampler.next(len(flat_zero))
-                    new_groups = rollout(policy, tokenizer, extra, cfg, limits, state.step, chunks, pool, d)
+                    new_groups = rollout(policy, tokenizer, extra, cfg, limits, state.step, chunks, pool, d, timings)
                     chunks += math.ceil(len(extra) / cfg.rollout_chunk)
                     new_rewards = shared_rewards(new_groups, d)
                     for i, g, r in zip(flat_zero, new_groups, new_rewards):
                         if max(r) != min(r):  # the replacement lives on the rank that sampled it
                             groups[i], rewards[i] = g, r
-            t_rollout = time.perf_counter() - t0
             adv = grpo.advantages(torch.tensor(rewards), gcfg)
             learn = [i for i, g in enumerate(groups) if g is not None
                      and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
@@ -569,7 +578,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
                 group["lr"] = cfg.lr * state.lr_scale * lr_factor(cfg, state.step)
             metrics.update({"lr": optimizer.param_groups[0]["lr"], "beta": beta,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
-                            "time/generate_and_reward": t_rollout, "time/update": time.perf_counter() - t1,
+                            **timings, "time/update": time.perf_counter() - t1,
                             "time/step": time.perf_counter() - t0})
             logger.log(state.step, metrics)
             logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],

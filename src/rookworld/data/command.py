@@ -88,8 +88,9 @@ def _stats(samples: SampleSet) -> int:
             table.add_row(f"{split} split", key, str(n))
     console.print(table)
     report = samples.report
-    console.print(f"rows read: {report.samples} usable, {report.skipped} skipped as unparseable; "
-                  f"A targets overruled by the arbiter: {report.overruled_targets}")
+    console.print(f"rows read: {report.samples} in the split, {report.other_split} in the other split, "
+                  f"{report.skipped} skipped as unparseable; A targets overruled by the arbiter: "
+                  f"{report.overruled_targets}")
     return 0
 
 

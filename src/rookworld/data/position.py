@@ -16,7 +16,7 @@ ENDGAME_MATERIAL = 26
 # Full moves up to which a position that is not an endgame counts as the opening.
 OPENING_LAST_MOVE = 10
 
-_PIECE_VALUES = {"n": 3, "b": 3, "r": 5, "q": 9}
+_PIECE_VALUES = {"n": 3, "b": 3, "r": 5, "q": 9, "N": 3, "B": 3, "R": 5, "Q": 9}
 
 
 def position_key(fen: str) -> str:
@@ -37,8 +37,8 @@ def move_number(fen: str) -> int:
 
 
 def non_pawn_material(fen: str) -> int:
-    board = fen.split(maxsplit=1)[0] if fen.strip() else ""
-    return sum(_PIECE_VALUES.get(char, 0) for char in board.lower())
+    board = fen.split(" ", 1)[0]
+    return sum(board.count(piece) * value for piece, value in _PIECE_VALUES.items())
 
 
 def game_phase(fen: str) -> Phase:

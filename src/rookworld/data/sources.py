@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rookworld.data import rows
+from rookworld.data import rows, store
 from rookworld.data.sample import Sample
 from rookworld.data.splits import EVAL_FRACTION, HUB_SPLITS, Split, check_split, in_split
 from rookworld.errors import UserError
@@ -47,11 +47,13 @@ Row = str | Mapping[str, Any] | BadRow
 
 @dataclass
 class LoadReport:
-    """What happened to the rows of a source: used, skipped as unparseable (first few kept), and A rows
-    whose stated target the arbiter overruled."""
+    """What happened to the rows read from a source: samples of the split, rows of the other split (by
+    position), rows skipped as unparseable (the first few kept), and A rows whose stated target the
+    arbiter overruled."""
 
     source: str
     samples: int = 0
+    other_split: int = 0
     skipped: int = 0
     skip_examples: list[str] = field(default_factory=list)
     overruled_targets: int = 0
@@ -136,15 +138,26 @@ def hub_rows(name: str, split: Split, data_files: Any = None) -> Iterator[tuple[
             yield f"{name}[{hub_split}]:{number}", record
 
 
-def _samples(rows_: Iterator[tuple[str, Row]], report: LoadReport) -> Iterator[Sample]:
+def _samples(rows_: Iterator[tuple[str, Row]], report: LoadReport, split: Split,
+             eval_fraction: float | None) -> Iterator[Sample]:
+    """The samples of the rows in `split`; `eval_fraction` None: no split by position (hub data)."""
+    by_position = eval_fraction is not None and split != "all"
     for where, row in rows_:
         if isinstance(row, BadRow):
             report.skip(where, row.reason)
             continue
+        if by_position and isinstance(row, Mapping) and store.is_compact(row):
+            fen = store.record_fen(row)  # generated data: split before the (costlier) decoding
+            if fen is not None and not in_split(fen, split, eval_fraction):
+                report.other_split += 1
+                continue
         try:
             sample = rows.from_line(row) if isinstance(row, str) else rows.from_record(row)
         except (ValueError, KeyError, TypeError) as exc:  # rows are untrusted input of any shape
             report.skip(where, f"{type(exc).__name__}: {exc}")
+            continue
+        if by_position and not in_split(sample.fen, split, eval_fraction):
+            report.other_split += 1
             continue
         report.samples += 1
         report.overruled_targets += "stated_target" in sample.meta
@@ -155,19 +168,19 @@ def _collect(name: str, split: Split, samples: Iterator[Sample], report: LoadRep
              eval_fraction: float | None) -> SampleSet:
     chosen = list(itertools.islice(samples, limit))
     report.log()
-    if not report.samples:
+    if not chosen and report.other_split:
+        raise UserError(f"{name}: {report.other_split} usable rows but none in the {split} split; "
+                        "use a larger source or --split all")
+    if not chosen:
         raise UserError(f"{name}: no usable row (skipped {report.skipped}); "
                         + ("; ".join(report.skip_examples) or "the source is empty"))
-    if not chosen:
-        raise UserError(f"{name}: {report.samples} usable rows but none in the {split} split; "
-                        "use a larger source or --split all")
     return SampleSet(name, split, chosen, report, eval_fraction)
 
 
 def load_hub(name: str, split: Split = "train", *, limit: int | None = None, data_files: Any = None) -> SampleSet:
     split = check_split(split)
     report = LoadReport(name)
-    return _collect(name, split, _samples(hub_rows(name, split, data_files), report), report, limit, None)
+    return _collect(name, split, _samples(hub_rows(name, split, data_files), report, split, None), report, limit, None)
 
 
 def load_files(path: str | Path, split: Split = "train", *, limit: int | None = None,
@@ -181,8 +194,7 @@ def load_files(path: str | Path, split: Split = "train", *, limit: int | None = 
         raise UserError(f"{name}: no data files ({', '.join(DATA_SUFFIXES)}) in this directory")
     report = LoadReport(name)
     rows_ = itertools.chain.from_iterable(_file_rows(f) for f in files)
-    chosen = (s for s in _samples(rows_, report) if in_split(s.fen, split, eval_fraction))
-    return _collect(name, split, chosen, report, limit, eval_fraction)
+    return _collect(name, split, _samples(rows_, report, split, eval_fraction), report, limit, eval_fraction)
 
 
 def load_source(source: str = EMBEDDED, split: Split = "train", *, limit: int | None = None,

@@ -24,6 +24,14 @@ def is_compact(record: Mapping[str, Any]) -> bool:
     return "t" in record
 
 
+def record_fen(record: Mapping[str, Any]) -> str | None:
+    """The position a compact record asks about, read without decoding it (None if it has none)."""
+    if record.get("t") == "A" and isinstance(record.get("p"), str):
+        return record["p"].split("+", 1)[0]
+    fen = record.get("fen")
+    return fen if isinstance(fen, str) else None
+
+
 def encode(sample: Sample, order: list[int] | None = None) -> dict[str, Any]:
     """The compact record of a generated sample; `order` is the display order of a P sample's moves."""
     if sample.task == "P":
