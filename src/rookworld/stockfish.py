@@ -223,6 +223,11 @@ class StockfishPool:
         """The engine processes' ids (they change when an engine is restarted)."""
         return [engine.pid for engine in self._engines]
 
+    @property
+    def engine_name(self) -> str:
+        """The engines' UCI id, e.g. "Stockfish 15.1" (recorded in data manifests)."""
+        return str(self._engines[0].engine.id.get("name", "unknown"))
+
     def analyse(self, fens: Sequence[str], limit: Limit = LABEL_LIMIT, multipv: int = 5,
                 progress: bool = False) -> list[Analysis]:
         """Stockfish's top `multipv` moves of each position, best first, evals in pawns from the side to move.

@@ -212,12 +212,6 @@ class _Run:
         return ShardResult(records, stats)
 
 
-def _engine_name(pool: StockfishPool) -> str:
-    """The engines' UCI id (e.g. "Stockfish 15.1"). StockfishPool has no public accessor for it yet, so
-    this reads the id python-chess keeps for its first engine."""
-    return str(pool._engines[0].engine.id.get("name", "unknown"))
-
-
 def _load_progress(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     path = out / PROGRESS
     if path.exists():
@@ -302,7 +296,7 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
             store.write_json(out / PROGRESS, progress_state)
             bar.console.print(f"shard {index + 1}/{config.shards}: {result.stats['P']} P, {result.stats['A']} A "
                               f"in {sum(result.stats['seconds'].values()):.0f} s")
-        engine = _engine_name(pool)
+        engine = pool.engine_name
     manifest = _manifest(config, progress_state, engine, started)
     store.write_json(out / MANIFEST, manifest)
     return manifest
