@@ -138,3 +138,24 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
 def test_impossible_config_is_rejected(tmp_path, capsys):
     code = cli.main(["train", "--group-size", "1", "--out", str(tmp_path / "run")])
     assert code == 2 and "group_size" in capsys.readouterr().err
+
+
+def test_lr_schedules():
+    cfg = train.TrainConfig(steps=10, warmup_steps=2, lr_schedule="cosine")
+    factors = [train.lr_factor(cfg, s) for s in range(11)]
+    assert factors[:3] == [0.5, 1.0, 1.0] and factors[10] == pytest.approx(0.0)
+    assert factors[6] == pytest.approx(0.5)  # half way through the decay
+    linear = replace(cfg, lr_schedule="linear")
+    assert train.lr_factor(linear, 6) == pytest.approx(0.5)
+    assert train.lr_factor(replace(cfg, lr_schedule="constant"), 9) == 1.0
+
+
+def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, checkpoint_every=1, kl_max=1e-12, max_rollbacks=1,
+                      lr=1e-2)
+    with pytest.raises(train.TrainingStopped, match="rollbacks"):
+        train.main(cfg, grpo.GRPOConfig(beta=0.1, entropy_coef=0.01))
+    rows = records(tmp_path / "run")
+    assert rows[-1]["guard/rollbacks"] >= 1
+    assert (tmp_path / "run" / "checkpoint-last" / "model.safetensors").is_file()

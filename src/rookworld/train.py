@@ -282,6 +282,12 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     return 1.0
 
 
+def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
+    """The learning rate of the step about to be taken: schedule times the rollback back-off."""
+    for group in optimizer.param_groups:
+        group["lr"] = cfg.lr * state.lr_scale * lr_factor(cfg, state.step)
+
+
 def make_optimizer(policy, cfg: TrainConfig) -> torch.optim.AdamW:
     decay = [p for p in policy.parameters() if p.dim() >= 2]
     no_decay = [p for p in policy.parameters() if p.dim() < 2]
@@ -502,6 +508,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
         sampler.load_state_dict(saved["sampler"])
         beta_ctl.load_state_dict(saved["beta"])
         state = RunState(**saved["run"])
+    set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     eval_cfg = EvalConfig(batch_size=64)
@@ -573,10 +580,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
                                           f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
             else:
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
+            metrics["lr"] = optimizer.param_groups[0]["lr"]
             state.step += 1
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.lr * state.lr_scale * lr_factor(cfg, state.step)
-            metrics.update({"lr": optimizer.param_groups[0]["lr"], "beta": beta,
+            set_lr(optimizer, cfg, state)
+            metrics.update({"beta": beta,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
                             **timings, "time/update": time.perf_counter() - t1,
                             "time/step": time.perf_counter() - t0})
