@@ -18,8 +18,9 @@ from rookworld.data.sample import a_sample
 from rookworld.data.splits import split_of
 from rookworld.evaluate import encode_prompts
 from rookworld.hub import load_model, read_metadata
-from rookworld.sft import (FreshASamples, Packer, SFTConfig, encode_samples, learning_rate, main, packed_document,
-                           target_batch)
+from rookworld.data.sample import Sample
+from rookworld.sft import (FreshASamples, Packer, SFTConfig, balanced_subset, encode_samples, learning_rate, main,
+                           packed_document, target_batch)
 from rookworld.tokenizer import Tokenizer
 
 # A model small enough that a few steps take well under a second.
@@ -124,6 +125,17 @@ def test_fresh_a_samples_are_true_train_split_and_resumable(data_file):
     assert [third.next().prompt for _ in range(15)] == [s.prompt for s in drawn[25:]]
 
 
+def test_balanced_subset_draws_half_of_each_task_at_random():
+    samples = [Sample("P", f"P: {i}", "") for i in range(100)] + [Sample("A", f"A: {i}", "") for i in range(30)]
+    chosen = balanced_subset(samples, 40)
+    assert [s.task for s in chosen] == ["P"] * 20 + ["A"] * 20
+    assert chosen == balanced_subset(samples, 40)  # seeded
+    assert chosen[:20] != samples[:20]  # not simply the first ones: files group rare cases first
+    assert len({s.prompt for s in chosen}) == 40
+    short = balanced_subset(samples, 80)  # only 30 A samples: P fills the rest
+    assert [s.task for s in short].count("A") == 30 and len(short) == 80
+
+
 def _config(data_file: Path, out: Path, **overrides) -> SFTConfig:
     return SFTConfig(**{"data": str(data_file), "out": str(out), **TINY, **overrides})
 
@@ -171,7 +183,7 @@ def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_p
                      "--export-dtype", "float16", "--checkpoint-every", "2"])
     assert code == 0
     model, tokenizer = load_model(out / checkpoint.LAST)
-    assert tokenizer.vocab_size == 257 and model.config.n_layer == 2
+    assert tokenizer.vocab_size == 257 and model.config.n_layer == 4  # the tiny preset
     exported, _ = load_model(export)
     assert exported.wte.weight.dtype == torch.float32  # stored as float16, read back as float32
     assert torch.equal(exported.wte.weight, model.wte.weight.half().float())

@@ -1,4 +1,4 @@
-"""`rookworld sft [--config FILE] [--preset small] [--data embedded] [--out runs/sft] [--resume OUT]`
+"""`rookworld sft [--config FILE] [--preset tiny] [--data embedded] [--out runs/sft] [--resume OUT]`
 
 Supervised training of a RookWorld GPT on P and A samples, from scratch (a size preset, a chess
 tokenizer trained on the data) or from a checkpoint (`--init-from DIR|hub id`).
@@ -317,11 +317,19 @@ class TrainStream:
         self._rng.bit_generator.state = state["rng"]
 
 
-def balanced_subset(samples: Sequence[Sample], count: int) -> list[Sample]:
-    """The first count/2 P and count/2 A samples (all of one task when the other runs short)."""
+def balanced_subset(samples: Sequence[Sample], count: int, seed: int = 0) -> list[Sample]:
+    """count/2 P and count/2 A samples drawn at random (seeded), all of one task when the other runs
+    short. Random, not the first ones: generated files list each shard's rare A cases first."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
     by_task = {task: [s for s in samples if s.task == task] for task in ("P", "A")}
     n_p = min(len(by_task["P"]), max(count // 2, count - len(by_task["A"])))
-    return by_task["P"][:n_p] + by_task["A"][:count - n_p]
+    chosen = []
+    for task, n in (("P", n_p), ("A", min(count - n_p, len(by_task["A"])))):
+        picks = sorted(rng.choice(len(by_task[task]), size=n, replace=False).tolist())
+        chosen += [by_task[task][i] for i in picks]
+    return chosen
 
 
 def fitting(samples: Sequence[Sample], tokenizer: Tokenizer, context: int, what: str) -> list[Sample]:
