@@ -26,7 +26,7 @@ stockfish:
 	fi
 
 train: setup
-	HF_HUB_OFFLINE=1 $(BIN)/rookworld train
+	HF_HUB_OFFLINE=1 $(BIN)/rookworld train --out runs/grpo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
