@@ -14,18 +14,17 @@ from conftest import FIXTURES
 
 from rookworld import arbiter, checkpoint, cli, text
 from rookworld.data.rows import from_line
-from rookworld.data.sample import a_sample
+from rookworld.data.sample import Sample, a_sample
 from rookworld.data.splits import split_of
 from rookworld.evaluate import encode_prompts
 from rookworld.hub import load_model, read_metadata
-from rookworld.data.sample import Sample
 from rookworld.sft import (FreshASamples, Packer, SFTConfig, balanced_subset, encode_samples, learning_rate, main,
                            packed_document, target_batch)
 from rookworld.tokenizer import Tokenizer
 
 # A model small enough that a few steps take well under a second.
 TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_positions": 320, "tensorboard": False, "eval_samples": 4,
-        "eval_loss_samples": 8, "eval_batch_size": 8, "batch_size": 8, "threads": 1}
+        "eval_loss_samples": 8, "eval_batch_size": 8, "batch_size": 8}
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +176,7 @@ def test_resume_continues_bit_identically(data_file, tmp_path, mode, fresh_a):
 def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_path):
     config = tmp_path / "sft.toml"
     config.write_text(f'data = "{data_file}"\npreset = "tiny"\nsteps = 3\nbatch_size = 4\neval_samples = 4\n'
-                      'eval_loss_samples = 4\ntensorboard = false\nthreads = 1\n')
+                      'eval_loss_samples = 4\ntensorboard = false\n')
     out, export = tmp_path / "run", tmp_path / "model"
     code = cli.main(["sft", "--config", str(config), "--out", str(out), "--export", str(export),
                      "--export-dtype", "float16", "--checkpoint-every", "2"])
@@ -194,8 +193,15 @@ def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_p
     # Resuming the finished run with more steps continues it.
     assert cli.main(["sft", "--resume", str(out), "--steps", "4"]) == 0
     assert checkpoint.read_info(out / checkpoint.LAST)["step"] == 4
+    # A second stage from the export records the first stage's training record: the model's lineage.
+    stage2 = tmp_path / "stage2"
+    assert cli.main(["sft", "--config", str(config), "--init-from", str(export), "--out", str(tmp_path / "run2"),
+                     "--export", str(stage2), "--steps", "1"]) == 0
+    first = read_metadata(export)  # rewritten by the resumed run
+    assert first["step"] == 4 and "init_from_record" not in first
+    assert read_metadata(stage2)["init_from_record"] == first
 
 
-def test_cli_rejects_resume_without_checkpoint(tmp_path, capsys):
+def test_cli_resume_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["sft", "--resume", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err

@@ -101,7 +101,7 @@ class SFTConfig:
     export_dtype: str = field(default="float32", metadata={"help": "weights of the export: float32 or float16"})
     seed: int = field(default=0, metadata={"help": "seed of the initialization and the data order"})
     device: str | None = field(default=None, metadata={"help": "torch device (default: cuda when available)"})
-    threads: int = field(default=0, metadata={"help": "CPU threads for torch; 0 keeps torch's default"})
+    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch on cpu (default: 1)"})
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
 
     def __post_init__(self) -> None:
@@ -115,7 +115,9 @@ class SFTConfig:
                      "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "eval_every", "checkpoint_every", "keep_last", "threads"):
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        for name in ("warmup_steps", "eval_every", "checkpoint_every", "keep_last"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("p_fraction", "fresh_a", "min_lr_ratio"):
@@ -401,12 +403,6 @@ def heldout_loss(model: GPT, tokenizer: Tokenizer, samples: Sequence[Sample], ba
 # ---------------------------------------------------------------- the run
 
 
-def _device(cfg: SFTConfig) -> str:
-    import torch
-
-    return cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def new_model(cfg: SFTConfig, train_samples: Sequence[Sample]) -> tuple[GPT, Tokenizer]:
     """A freshly initialized model (seeded) and a chess tokenizer trained on the training documents."""
     import torch
@@ -455,13 +451,12 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     from rookworld import checkpoint
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, encode_prompts, evaluate_model
-    from rookworld.hub import load_model, save_model
+    from rookworld.hub import load_model, read_metadata, save_model
     from rookworld.log import Progress, RunLogger
+    from rookworld.runtime import pick_device
 
     started = time.perf_counter()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = _device(cfg)
+    device = pick_device(cfg.device, cfg.threads)
     out = Path(cfg.out)
     train_set = load_source(cfg.data, "train", limit=cfg.data_limit)
     eval_set = load_source(cfg.data, "eval")
@@ -478,6 +473,8 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     else:
         model, tokenizer = new_model(cfg, train_set.samples)
     model.to(device).train()
+    # The training record of the checkpoint this run continues: a model's rookworld.json tells its whole lineage.
+    parent = read_metadata(cfg.init_from) if cfg.init_from and Path(cfg.init_from).is_dir() else {}
     context = model.config.n_positions
     if cfg.mode == "packed" and cfg.seq_len + 1 > context:
         raise UserError(f"--seq-len {cfg.seq_len}: rows of seq_len + 1 tokens exceed the model's context "
@@ -523,7 +520,8 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
                                                                          - started, 1),
                 "data": {"source": cfg.data, "train_samples": len(train_samples),
                          "eval_samples": len(eval_samples), "fresh_a": cfg.fresh_a},
-                "parameters": model.num_parameters(), "hardware": hardware(), "metrics": dict(final_metrics)}
+                "parameters": model.num_parameters(), "hardware": hardware(), "metrics": dict(final_metrics),
+                **({"init_from_record": parent} if parent else {})}
 
     def save_checkpoint(metrics: Mapping[str, float]) -> None:
         run_state = {"optimizer": optimizer.state_dict(), "stream": stream.state_dict(),
