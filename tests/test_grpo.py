@@ -15,7 +15,8 @@ NAN = float("nan")
 
 
 def cfg(**overrides) -> GRPOConfig:
-    return GRPOConfig(**overrides)
+    """A config without the KL term unless a test asks for one (the trainer's default beta is not 0)."""
+    return GRPOConfig(**{"beta": 0.0, **overrides})
 
 
 # ---------------------------------------------------------------- config

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from dataclasses import replace
@@ -170,3 +171,27 @@ def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_input
     rows = records(tmp_path / "run")
     assert rows[-1]["guard/rollbacks"] >= 1
     assert (tmp_path / "run" / "checkpoint-last" / "model.safetensors").is_file()
+
+
+def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
+    model_dir, data = tiny_run_inputs
+    report_file = tmp_path / "step.json"
+    code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "3",
+                     "--group-size", "4", "--max-new-tokens-p", "16", "--max-new-tokens-a", "16", "--processes", "1",
+                     "--beta", "0.05", "--entropy-coef", "0.01", "--json", str(report_file)])
+    assert code == 0
+    report = json.loads(report_file.read_text())
+    assert len(report["prompts"]) == 3
+    rewards = [c["reward"] for p in report["prompts"] for c in p["completions"]]
+    assert len(rewards) == 12 and all(-1.0 <= r <= 1.0 for r in rewards)
+    assert report["reward_before"] == pytest.approx(sum(rewards) / 12)
+    for p in report["prompts"]:
+        advantages = [c["advantage"] for c in p["completions"]]
+        assert sum(advantages) == pytest.approx(0.0, abs=1e-5)  # the group mean is the baseline
+        assert p["zero_std"] == (len({c["reward"] for c in p["completions"]}) == 1)
+        for c in p["completions"]:
+            assert {"completion", "components", "pg_loss", "kl/mean", "entropy"} <= c.keys()
+            assert c["kl/mean"] == pytest.approx(0.0, abs=1e-6)  # before the update, policy == reference
+    update = report["update"]
+    assert math.isfinite(update["grad_norm"]) and update["grad_norm"] > 0
+    assert "mean reward on this batch" in capsys.readouterr().out

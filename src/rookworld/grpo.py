@@ -56,7 +56,7 @@ class GRPOConfig:
         "help": "PPO clip range below 1: the ratio is clipped at 1 - eps_low"})
     eps_high: float = field(default=0.2, metadata={
         "help": "PPO clip range above 1: the ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)"})
-    beta: float = field(default=0.0, metadata={
+    beta: float = field(default=0.02, metadata={
         "help": "KL coefficient (the value after warm-up; the start value of the adaptive schedule)"})
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
