@@ -28,7 +28,8 @@ def write_run(run_dir, seed: int, steps: int = 40, with_eval: bool = True) -> No
                 "kl_share": 0.1,
             })
             if with_eval and step % 10 == 0:
-                logger.log_eval(step, {"eval/A/exact": step / 100, "eval/P/best_move_acc": 0.3})
+                logger.log_eval(step, {"eval/A/exact": step / 100, "eval/sampled/A/exact": step / 120,
+                                       "eval/P/best_move_acc": 0.3})
 
 
 def png_size(path) -> tuple[int, int]:
@@ -47,7 +48,7 @@ def test_dashboard_of_two_runs_is_a_png_with_a_panel_per_metric(tmp_path):
     runs = [load_run(tmp_path / "run-a"), load_run(tmp_path / "run-b")]
     assert [title for title, _keys, _source in panels_for(runs)] == [
         "reward", "KL to reference", "KL coefficient beta", "entropy", "gradient norm", "seconds per step",
-        "groups with zero reward std (fraction)", "KL share of the loss", "eval/A/exact", "eval/P/best_move_acc"]
+        "groups with zero reward std (fraction)", "KL share of the loss", "held-out A/exact", "held-out P/best_move_acc"]
 
 
 def test_panels_only_for_logged_metrics(tmp_path):
@@ -56,7 +57,7 @@ def test_panels_only_for_logged_metrics(tmp_path):
         logger.log_eval(1, {"eval/reward/mean": 0.2})
     run = load_run(tmp_path)
     assert panels_for([run]) == [("reward", ("reward/mean", "reward/P", "reward/A"), "train"),
-                                 ("eval/reward/mean", ("eval/reward/mean",), "eval")]
+                                 ("held-out reward/mean", ("eval/reward/mean", "eval/sampled/reward/mean"), "eval")]
     steps, values = run.train["reward/A"]
     assert steps.tolist() == [1] and values.tolist() == [0.5]
 

@@ -97,6 +97,21 @@ def test_resume_is_bit_identical(tiny_run_inputs, tmp_path):
     assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
 
 
+def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain"), gcfg)
+    evaluated = train.main(tiny_config(model_dir, data, tmp_path / "evaluated", eval_every=2, eval_limit=6,
+                                       eval_draws=3), gcfg)
+    evals = [json.loads(line) for line in (evaluated / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [0, 2]
+    for e in evals:
+        assert {"eval/reward/mean", "eval/sampled/reward/mean"} <= set(e)
+    assert (evaluated / "checkpoint-best").is_dir()
+    a, b = weights(plain), weights(evaluated)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # evaluation draws from its own random stream
+
+
 def test_nonfinite_loss_skips_the_step(tiny_run_inputs, tmp_path, monkeypatch):
     model_dir, data = tiny_run_inputs
     real_loss = grpo.loss

@@ -1,7 +1,7 @@
 """Run dashboards: one PNG overlaying the metrics of one or more runs (`rookworld plot RUN_DIR ...`).
 
 Reads the files RunLogger writes (metrics.jsonl, eval.jsonl); draws a panel for each known training
-metric that some run has, and one per eval key. Matplotlib draws off-screen (no display needed).
+metric that some run has, and one per eval metric (greedy solid, sampled dashed). Matplotlib draws off-screen (no display needed).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ TRAIN_PANELS: list[tuple[str, tuple[str, ...]]] = [
     ("groups with zero reward std (fraction)", ("frac_zero_std",)),
     ("KL share of the loss", ("kl_share",)),
 ]
+SAMPLED_PREFIX = "eval/sampled/"  # the trainer's sampled eval; its greedy twin is "eval/" + the same name
 LINE_STYLES = ("-", "--", ":", "-.")
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values), values NaN where logged as null
 
@@ -84,10 +85,11 @@ Panel = tuple[str, tuple[str, ...], str]  # (title, keys, "train" or "eval")
 
 
 def panels_for(runs: Sequence[Run]) -> list[Panel]:
-    """The known training panels that some run has a key of, then one panel per eval key."""
+    """The known training panels that some run has a key of, then one panel per eval metric holding its greedy
+    and sampled keys."""
     panels = [(title, keys, "train") for title, keys in TRAIN_PANELS if any(k in r.train for r in runs for k in keys)]
-    eval_keys = sorted({key for run in runs for key in run.eval})
-    return panels + [(key, (key,), "eval") for key in eval_keys]
+    names = sorted({key.removeprefix(SAMPLED_PREFIX).removeprefix("eval/") for run in runs for key in run.eval})
+    return panels + [(f"held-out {name}", (f"eval/{name}", f"{SAMPLED_PREFIX}{name}"), "eval") for name in names]
 
 
 def _run_names(run_dirs: Sequence[str | Path]) -> list[str]:

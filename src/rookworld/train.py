@@ -76,6 +76,9 @@ class TrainConfig:
     max_rollbacks: int = field(default=3, metadata={"help": "stop (with a valid checkpoint) after this many"})
     eval_every: int = field(default=25, metadata={"help": "held-out evaluation every N steps (0: off)"})
     eval_limit: int = field(default=400, metadata={"help": "eval samples (first N of the eval split)"})
+    eval_draws: int = field(default=4, metadata={"help": "besides greedy, draw N completions per eval prompt at "
+                                                 "eval_temperature (eval/sampled/...; 0: greedy only)"})
+    eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the sampled eval"})
     checkpoint_every: int = field(default=25, metadata={"help": "checkpoint every N steps (and at the end)"})
     keep_last: int = field(default=2, metadata={"help": "step checkpoints kept besides checkpoint-last"})
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
@@ -105,6 +108,8 @@ class TrainConfig:
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
             (self.eval_every >= 0 and self.checkpoint_every >= 1, "eval_every >= 0 and checkpoint_every >= 1"),
+            (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
+                                                           f"got {self.eval_draws}"),
         ]
         for ok, reason in checks:
             if not ok:
@@ -511,7 +516,17 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
     set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
-    eval_cfg = EvalConfig(batch_size=64)
+    # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
+    eval_cfgs = {"eval/": EvalConfig(batch_size=64)}
+    if cfg.eval_draws:
+        eval_cfgs["eval/sampled/"] = EvalConfig(batch_size=64, samples=cfg.eval_draws,
+                                                temperature=cfg.eval_temperature)
+
+    def held_out(step: int, pool) -> dict[str, float]:
+        found = {f"{prefix}{k}": v for prefix, eval_cfg in eval_cfgs.items()
+                 for k, v in evaluate_model(policy, tokenizer, eval_samples, eval_cfg, pool).items()}
+        logger.log_eval(step, found)
+        return found
 
     def write_model(directory: Path) -> None:
         save_model(policy, tokenizer, directory, metadata={"trained_with": "rookworld train",
@@ -530,9 +545,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
     last_eval: dict[str, float] = {}
     with StockfishPool(processes=cfg.processes) as pool, logger, progress:
         if state.step == 0 and eval_samples:
-            last_eval = {f"eval/{k}": v for k, v in evaluate_model(policy, tokenizer, eval_samples, eval_cfg,
-                                                                    pool).items()}
-            logger.log_eval(0, last_eval)
+            last_eval = held_out(0, pool)
         while state.step < cfg.steps:
             t0 = time.perf_counter()
             samples = fixed_batch or sampler.next(cfg.batch_size)
@@ -591,9 +604,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
             logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
                                              "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])
             if cfg.eval_every and eval_samples and state.step % cfg.eval_every == 0:
-                last_eval = {f"eval/{k}": v for k, v in evaluate_model(policy, tokenizer, eval_samples, eval_cfg,
-                                                                        pool).items()}
-                logger.log_eval(state.step, last_eval)
+                last_eval = held_out(state.step, pool)
             if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
                 save_checkpoint({**metrics, **last_eval})
                 good = snapshot(policy, optimizer, beta_ctl)
