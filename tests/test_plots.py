@@ -29,7 +29,7 @@ def write_run(run_dir, seed: int, steps: int = 40, with_eval: bool = True) -> No
             })
             if with_eval and step % 10 == 0:
                 logger.log_eval(step, {"eval/A/exact": step / 100, "eval/sampled/A/exact": step / 120,
-                                       "eval/P/best_move_acc": 0.3})
+                                       "eval/P/best_move_acc": 0.3, "eval/count/A": 5.0})
 
 
 def png_size(path) -> tuple[int, int]:

@@ -46,7 +46,8 @@ def tiny_config(model: Path, data: Path, out: Path, **overrides) -> train.TrainC
     base = train.TrainConfig(model=str(model), data=str(data), out=str(out), steps=3, batch_size=4, group_size=4,
                              rollout_chunk=2, micro_batch_size=6, lr=1e-3, eval_every=0, checkpoint_every=2,
                              max_new_tokens_p=24, max_new_tokens_a=24, processes=1, tensorboard=False,
-                             kl_max=None, reward_drop=None, zero_std="keep")
+                             kl_max=None, reward_drop=None, zero_std="keep", threads=1)
+    # threads=1: float reductions (and so the sampled ids) do not depend on the machine's core count.
     # A random tiny model gets equal rewards in most groups; the entropy bonus keeps gradients non-zero.
     return replace(base, **overrides)
 

@@ -89,6 +89,7 @@ def panels_for(runs: Sequence[Run]) -> list[Panel]:
     and sampled keys."""
     panels = [(title, keys, "train") for title, keys in TRAIN_PANELS if any(k in r.train for r in runs for k in keys)]
     names = sorted({key.removeprefix(SAMPLED_PREFIX).removeprefix("eval/") for run in runs for key in run.eval})
+    names = [name for name in names if not name.startswith("count/")]  # sample counts, not quality
     return panels + [(f"held-out {name}", (f"eval/{name}", f"{SAMPLED_PREFIX}{name}"), "eval") for name in names]
 
 

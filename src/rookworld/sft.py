@@ -101,7 +101,8 @@ class SFTConfig:
     export_dtype: str = field(default="float32", metadata={"help": "weights of the export: float32 or float16"})
     seed: int = field(default=0, metadata={"help": "seed of the initialization and the data order"})
     device: str | None = field(default=None, metadata={"help": "torch device (default: cuda when available)"})
-    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch on cpu (default: 1)"})
+    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch on cpu (default: the "
+                                                        "cores; 1 beside other busy jobs)"})
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
 
     def __post_init__(self) -> None:

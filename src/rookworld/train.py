@@ -83,8 +83,8 @@ class TrainConfig:
     keep_last: int = field(default=2, metadata={"help": "step checkpoints kept besides checkpoint-last"})
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
     device: str | None = field(default=None, metadata={"help": "policy device (default: cuda when available)"})
-    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: 1; small "
-                                                        "models decode faster on one)"})
+    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: the cores, "
+                                                        "shared among torchrun ranks; 1 beside other busy jobs)"})
     ref_device: str | None = field(default=None, metadata={"help": "reference model device (default: the "
                                                            "policy's)"})
     processes: int | None = field(default=None, metadata={"help": "Stockfish processes for moves outside the "
