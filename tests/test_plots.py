@@ -48,7 +48,8 @@ def test_dashboard_of_two_runs_is_a_png_with_a_panel_per_metric(tmp_path):
     runs = [load_run(tmp_path / "run-a"), load_run(tmp_path / "run-b")]
     assert [title for title, _keys, _source in panels_for(runs)] == [
         "reward", "KL to reference", "KL coefficient beta", "entropy", "gradient norm", "seconds per step",
-        "groups with zero reward std (fraction)", "KL share of the loss", "held-out A/exact", "held-out P/best_move_acc"]
+        "groups with zero reward std (fraction)", "KL share of the loss", "held-out A/exact",
+        "held-out P/best_move_acc"]
 
 
 def test_panels_only_for_logged_metrics(tmp_path):

@@ -123,7 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the metrics as JSON to this file")
     parser.add_argument("--markdown", help="write the metrics table as Markdown to this file")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: the cores; 1 beside other busy jobs)")
+    parser.add_argument("--threads", type=int,
+                        help="CPU threads for torch (default: the cores; 1 beside other busy jobs)")
     parser.add_argument("--processes", type=int, help="Stockfish processes for moves outside the stored "
                         "analysis (default: one per core)")
     add_config_arguments(parser, EvalConfig)

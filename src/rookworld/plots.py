@@ -1,7 +1,8 @@
 """Run dashboards: one PNG overlaying the metrics of one or more runs (`rookworld plot RUN_DIR ...`).
 
 Reads the files RunLogger writes (metrics.jsonl, eval.jsonl); draws a panel for each known training
-metric that some run has, and one per eval metric (greedy solid, sampled dashed). Matplotlib draws off-screen (no display needed).
+metric that some run has, and one per eval metric (greedy solid, sampled dashed). Matplotlib draws
+off-screen (no display needed).
 """
 
 from __future__ import annotations
