@@ -72,6 +72,15 @@ def test_rare_case_accuracy_is_reported_by_case():
     assert illegal.meta["case"] == "illegal" and m["A/exact/illegal"] == 1.0
 
 
+def test_false_illegal_counts_legal_moves_called_illegal():
+    legal = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    unchanged_board = FEN + "+-1.0+0+1"  # what an illegal move's target looks like
+    assert metrics.a_metrics(legal, unchanged_board)["A/false_illegal"] == 1.0
+    assert metrics.a_metrics(legal, legal.target)["A/false_illegal"] == 0.0
+    illegal = a_sample("A: " + FEN + "+e1e3+e1e3+")
+    assert "A/false_illegal" not in metrics.a_metrics(illegal, unchanged_board)
+
+
 def test_aggregate_counts_and_rewards():
     a = a_sample("A: " + FEN + "+f1b5+f1b5+")
     result = evaluate_completions([P, a], [[P.target], ["garbage"]])

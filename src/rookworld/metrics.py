@@ -72,6 +72,8 @@ def a_metrics(sample: Sample, completion: str) -> dict[str, float]:
     case = sample.meta.get("case")
     if case in A_CASE_METRICS:
         values[f"A/exact/{case}"] = exact
+    if truth.truncated == "0":  # a legal move: calling it illegal (truncated) is the A task's commonest slip
+        values["A/false_illegal"] = float(parsed.truncated == "1")
     return values
 
 
