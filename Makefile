@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STOCKFISH_HINT := install Stockfish (Debian/Ubuntu: apt-get install stockfish; macOS: brew install stockfish) or set ROOKWORLD_STOCKFISH=/path/to/stockfish
 
-.PHONY: setup train test stockfish embedded-model
+.PHONY: setup train test lint stockfish embedded-model
 
 setup: $(BIN)/.installed stockfish
 
@@ -30,6 +30,9 @@ train: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
 
 # Retrains the embedded default model (src/rookworld/assets/model): the extra data (19 shards, seed 1; about
 # 8 min on 12 cores), then the two SFT stages (about 11 min on one H100; hours on a CPU).

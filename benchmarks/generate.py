@@ -158,7 +158,6 @@ def make_generate(spec: Spec):
     from rookworld.sampling import left_pad
 
     hf = to_transformers(model).to(device, dtype)
-    del model
     ids, mask = left_pad(prompts, eos, device)
 
     def generate(new_tokens: int) -> torch.Tensor:
@@ -218,7 +217,8 @@ def check_same_weights(config: str, seed: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", nargs="+", choices=sorted(CONFIGS), default=["small", "gpt2"])
-    parser.add_argument("--impl", nargs="+", choices=["rookworld", "transformers"], default=["rookworld", "transformers"])
+    impls = ["rookworld", "transformers"]
+    parser.add_argument("--impl", nargs="+", choices=impls, default=impls)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4, help="completions per prompt (G)")
     parser.add_argument("--new-tokens", type=int, default=64)

@@ -26,7 +26,7 @@ from pathlib import Path
 from rookworld import arbiter, rewards, text
 from rookworld.analysis import Analysis
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rookworld"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 def p_cases(fixtures: Path) -> list[tuple[str, list[str], Analysis]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from rookworld.stockfish import Limit, StockfishPool
 from rookworld.text import parse_p_line
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rookworld"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 
 
 def real_positions(count: int) -> list[str]:

@@ -108,6 +108,7 @@ def test_batched_evaluation_equals_unbatched(tiny_gpt, gpt2_tokenizer, fixtures_
     assert one == many
 
 
+@pytest.mark.stockfish
 def test_eval_command_scores_a_predictions_file(tmp_path, capsys):
     a = a_sample("A: " + FEN + "+f1b5+f1b5+")
     path = tmp_path / "pred.jsonl"
@@ -119,6 +120,7 @@ def test_eval_command_scores_a_predictions_file(tmp_path, capsys):
     assert result["A/exact"] == 0.5 and result["count/A"] == 2
 
 
+@pytest.mark.stockfish
 def test_eval_command_bad_predictions_file_is_one_line(tmp_path, capsys):
     path = tmp_path / "pred.jsonl"
     path.write_text('{"prompt": "X: nothing", "completion": ""}\n')

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-
 from conftest import FIXTURES
+
 from rookworld.errors import UserError
 from rookworld.hub import load_model, read_metadata, save_model
 from rookworld.model import GPT, GPTConfig

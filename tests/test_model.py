@@ -71,7 +71,8 @@ def test_repeat_rows_repeats_each_row_in_place_order_and_extends_with_empty_slot
 def completion_batch(model: GPT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-padded prompts followed by 5 completion tokens, the last 2 of row 1 being padding."""
     ids, prompt_mask = left_pad(PROMPTS, pad_id=0)
-    completion = torch.randint(1, model.config.vocab_size, (len(PROMPTS), 5), generator=torch.Generator().manual_seed(7))
+    generator = torch.Generator().manual_seed(7)
+    completion = torch.randint(1, model.config.vocab_size, (len(PROMPTS), 5), generator=generator)
     completion[1, 3:] = 0
     completion_mask = torch.ones_like(completion, dtype=torch.bool)
     completion_mask[1, 3:] = False

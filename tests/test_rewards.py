@@ -12,10 +12,10 @@ import time
 
 import chess
 import pytest
+from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
 from rookworld import arbiter, rewards, text
 from rookworld.analysis import Analysis
 from rookworld.rewards import WEIGHTS
@@ -322,6 +322,7 @@ def test_median_reward_time_is_well_under_5ms():
         assert statistics.median(times) < 0.005, task
 
 
+@pytest.mark.stockfish
 @pytest.mark.stockfish
 def test_score_batch_with_the_engine_scores_uncovered_moves(tmp_path):
     from rookworld.stockfish import StockfishPool

@@ -4,8 +4,8 @@ import json
 
 import chess
 import pytest
-
 from conftest import FIXTURES
+
 from rookworld import arbiter, cli, rewards, text
 from rookworld.analysis import Analysis
 from rookworld.score import ScoreConfig
@@ -88,6 +88,7 @@ def test_a_and_stored_p_lines_score_without_starting_the_engine(tmp_path):
     assert sum(record.get("components", {}).get("exact", 0) for record in out) == 13
 
 
+@pytest.mark.stockfish
 @pytest.mark.stockfish
 def test_real_completions_with_the_engine(tmp_path):
     records = [{"prompt": row["prompt"], "completion": completion} for row in K4 for completion in row["completions"]]

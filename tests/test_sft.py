@@ -18,8 +18,17 @@ from rookworld.data.sample import Sample, a_sample
 from rookworld.data.splits import split_of
 from rookworld.evaluate import encode_prompts
 from rookworld.hub import load_model, read_metadata
-from rookworld.sft import (FreshASamples, Packer, SFTConfig, balanced_subset, encode_samples, learning_rate, main,
-                           packed_document, target_batch)
+from rookworld.sft import (
+    FreshASamples,
+    Packer,
+    SFTConfig,
+    balanced_subset,
+    encode_samples,
+    learning_rate,
+    main,
+    packed_document,
+    target_batch,
+)
 from rookworld.tokenizer import Tokenizer
 
 # A model small enough that a few steps take well under a second.
@@ -140,8 +149,8 @@ def _config(data_file: Path, out: Path, **overrides) -> SFTConfig:
 
 
 def test_loss_decreases_when_overfitting_a_few_samples(data_file, tmp_path):
-    cfg = _config(data_file, tmp_path / "run", data_limit=8, p_fraction=1.0, steps=40, lr=1e-2, warmup_steps=2, eval_every=0,
-                  checkpoint_every=0, keep_last=0)
+    cfg = _config(data_file, tmp_path / "run", data_limit=8, p_fraction=1.0, steps=40, lr=1e-2, warmup_steps=2,
+                  eval_every=0, checkpoint_every=0, keep_last=0)
     main(cfg)
     losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())]
     assert len(losses) == 40

@@ -15,6 +15,8 @@ from rookworld.errors import InvalidPromptError, UserError
 from rookworld.stockfish import LABEL_LIMIT, Limit, StockfishError, StockfishPool, find_stockfish
 from rookworld.text import parse_p_line
 
+pytestmark = pytest.mark.stockfish
+
 START = chess.STARTING_FEN
 MATE_IN_ONE = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30"  # a1a8#
 FOOLS_MATE = "rnb1kbnr/pppp1ppp/8/4p3/6Pq/5P2/PPPPP2P/RNBQKBNR w KQkq - 1 3"  # white is mated

@@ -4,10 +4,10 @@ import json
 import time
 
 import pytest
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
 from rookworld import text
 from rookworld.analysis import mate_to_pawns
 from rookworld.arbiter import Transition

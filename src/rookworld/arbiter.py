@@ -80,11 +80,13 @@ def transition(fen: str, move: str, history: Sequence[str] = ()) -> Transition:
     outcome = after.outcome(claim_draw=False)
     if outcome is None and _is_fivefold_after(board, played, earlier[:-1]):
         outcome = chess.Outcome(chess.Termination.FIVEFOLD_REPETITION, None)
+    # Only checkmate has a winner in standard chess, and only the side that just moved can mate.
     if outcome is None:
         reward = LEGAL
+    elif outcome.termination == chess.Termination.CHECKMATE:
+        reward = WIN
     else:
-        # Only checkmate has a winner in standard chess, and only the side that just moved can mate.
-        reward = WIN if outcome.termination == chess.Termination.CHECKMATE else DRAW
+        reward = DRAW
     return Transition(fen=after.fen(), reward=reward, terminated=outcome is not None, truncated=False)
 
 

@@ -15,8 +15,16 @@ from pathlib import Path
 import torch
 
 from rookworld import grpo
-from rookworld.train import (Batch, Dist, TrainConfig, configs_from_args, load_data, make_optimizer, policy_update,
-                             rollout)
+from rookworld.train import (
+    Batch,
+    Dist,
+    TrainConfig,
+    configs_from_args,
+    load_data,
+    make_optimizer,
+    policy_update,
+    rollout,
+)
 
 
 def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, beta: float) -> list[dict]:

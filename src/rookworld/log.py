@@ -136,7 +136,7 @@ class RunLogger:
         config_values = _config_dict(config)
         _write_json_atomic(self.out_dir / CONFIG_FILE, config_values)
         for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
-            self._files[name] = open(self.out_dir / name, "a", encoding="utf-8")
+            self._files[name] = open(self.out_dir / name, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 

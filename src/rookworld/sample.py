@@ -13,6 +13,7 @@ import json
 
 from rookworld.errors import UserError
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
     parser.add_argument("--prompt", action="append", required=True, help="prompt text; repeat for several")
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--prompt '': a prompt needs at least one token")
         if len(ids) + settings.max_new_tokens > context:
             raise UserError(f"--prompt {prompt[:40]!r}...: {len(ids)} prompt tokens + --max-new-tokens "
-                            f"{settings.max_new_tokens} exceed the model's context of {context}; lower --max-new-tokens")
+                            f"{settings.max_new_tokens} exceed the model's context of {context}; "
+                            "lower --max-new-tokens")
     generator = torch.Generator(device=device).manual_seed(args.seed)
     generation = generate_groups(model, prompt_ids, 1, settings, eos_id=tokenizer.eos_id, generator=generator,
                                  greedy=args.greedy)

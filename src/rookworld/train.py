@@ -300,8 +300,8 @@ def make_optimizer(policy, cfg: TrainConfig) -> torch.optim.AdamW:
                               {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
 
 
-def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig, beta: float,
-                  max_completion: int, d: Dist) -> dict[str, float]:
+def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
+                  beta: float, max_completion: int, d: Dist) -> dict[str, float]:
     """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
 
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.

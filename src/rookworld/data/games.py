@@ -42,7 +42,7 @@ def read_pgn_games(paths: Sequence[str | Path]) -> Iterator[Game]:
     move errors or without moves are left out."""
     for path in paths:
         try:
-            handle = open(path, encoding="utf-8", errors="replace")
+            handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed below)
         except OSError as exc:
             raise UserError(f"cannot read PGN file {path}: {exc.strerror}") from None
         with handle:
