@@ -142,7 +142,7 @@ def make_generate(spec: Spec):
     prompts = random_prompts(spec)
     eos = model.config.vocab_size - 1
     if spec.impl == "rookworld":
-        from rookworld.sampling import SamplingSettings, fast_decode_step, generate_groups
+        from rookworld.generation import SamplingSettings, fast_decode_step, generate_groups
 
         model = model.to(device, dtype)
         fast = spec.compile or spec.cuda_graph
@@ -155,7 +155,7 @@ def make_generate(spec: Spec):
                                    eos_id=None, generator=generator, decode_step=step).sequences
         return generate
 
-    from rookworld.sampling import left_pad
+    from rookworld.generation import left_pad
 
     hf = to_transformers(model).to(device, dtype)
     ids, mask = left_pad(prompts, eos, device)

@@ -52,7 +52,7 @@ def a_cases(fixtures: Path) -> list[tuple[str, list[str], arbiter.Transition]]:
     cases = []
     for row in json.loads((fixtures / "a_task_openings_sample.json").read_text()):
         truth = arbiter.transition_for_prompt(row["prompt"])
-        target = text.a_target(truth)
+        target = arbiter.a_target(truth)
         fen, rest = target.split("+", 1)
         wrong_clock = fen.rsplit(" ", 1)[0] + " 99+" + rest
         cases.append((row["prompt"], [target, wrong_clock, text.parse_a_prompt(row["prompt"]).fen + "+" + rest],

@@ -6,9 +6,9 @@ import random
 import chess
 import pytest
 
-from rookworld.arbiter import Transition, transition, transition_for_prompt
+from rookworld.arbiter import Transition, a_target, transition, transition_for_prompt
 from rookworld.errors import InvalidPromptError
-from rookworld.text import a_prompt, a_target
+from rookworld.text import a_prompt
 
 START = chess.STARTING_FEN
 
@@ -40,6 +40,14 @@ def test_rookworld_lm_generations_13_of_20_exact(fixtures_dir):
 
 
 # --- the rules, one position each --------------------------------------------------------------
+
+def test_a_target():
+    t = Transition(fen="rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", reward="0.001",
+                   terminated=False, truncated=False)
+    assert a_target(t) == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+    illegal = Transition(fen=START, reward="-1.0", terminated=False, truncated=True)
+    assert a_target(illegal) == START + "+-1.0+0+1"
+
 
 def test_first_move_of_the_game_has_no_en_passant_square():
     assert transition(START, "e2e4", ["e2e4"]) == Transition(

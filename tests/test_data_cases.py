@@ -9,7 +9,7 @@ from rookworld.data.a_mix import RARE_SHARES, SYNTHETIC_CASES, AMixer, rare_quot
 from rookworld.data.cases import case_moves, classify_a, illegal_move
 from rookworld.data.games import Game, plies
 from rookworld.data.position import game_phase, move_number, position_key
-from rookworld.data.sample import a_sample
+from rookworld.data.record import a_sample
 from rookworld.data.synthetic import synthetic_case
 
 # (fen, move, case): one real example of every case
@@ -102,7 +102,7 @@ def test_a_mix_has_the_count_the_rare_cases_and_unique_prompts():
     for sample in samples:
         parsed = text.parse_a_prompt(sample.prompt)
         assert parsed.history[-1] == parsed.move and len(parsed.history) <= 10
-        assert sample.target == text.a_target(arbiter.transition(parsed.fen, parsed.move, parsed.history))
+        assert sample.target == arbiter.a_target(arbiter.transition(parsed.fen, parsed.move, parsed.history))
 
 
 def test_a_mix_game_moves_keep_the_original_history():

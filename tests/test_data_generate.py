@@ -48,7 +48,7 @@ def test_generation_labels_p_with_stockfish_rank_1_and_a_with_the_arbiter(genera
         assert sorted(parsed.moves) == sorted(analysis.moves)
         assert dict(zip(parsed.moves, parsed.evals)) == {m: round(e, 2) for m, e in zip(analysis.moves, analysis.evals)}
     for sample in a_samples:
-        assert sample.target == text.a_target(arbiter.transition_for_prompt(sample.prompt))
+        assert sample.target == arbiter.a_target(arbiter.transition_for_prompt(sample.prompt))
     assert manifest["counts"]["task"] == {"A": 30, "P": 8}
     assert sum(manifest["counts"]["case"].values()) == 30 and manifest["counts"]["case"]["illegal"] >= 2
     assert manifest["stockfish"]["engine"].startswith("Stockfish")

@@ -50,7 +50,7 @@ def test_hub_shaped_rows_load_from_txt_jsonl_parquet_and_gzip(hub_rows, tmp_path
     assert [s.to_json() for s in loaded[0]] == [s.to_json() for s in loaded[1]] == [s.to_json() for s in loaded[2]]
     a_samples = [s for s in loaded[0] if s.task == "A"]
     assert len(a_samples) == 300 and all(s.prompt.startswith("A: ") for s in a_samples)  # prefix added where missing
-    assert all(s.target == text.a_target(arbiter.transition_for_prompt(s.prompt)) for s in a_samples)
+    assert all(s.target == arbiter.a_target(arbiter.transition_for_prompt(s.prompt)) for s in a_samples)
     assert all("stated_target" not in s.meta for s in a_samples)
 
 

@@ -9,7 +9,7 @@ import torch
 
 from rookworld import cli, metrics, text
 from rookworld.analysis import Analysis
-from rookworld.data.sample import Sample, a_sample
+from rookworld.data.record import Sample, a_sample
 from rookworld.evaluate import EvalConfig, complete, evaluate_completions
 
 FEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rookworld.generation import left_pad
 from rookworld.model import GPT, GPTConfig, KVCache, token_logprobs
-from rookworld.sampling import left_pad
 
 PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
 

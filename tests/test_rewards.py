@@ -85,8 +85,8 @@ def test_exact_a_target_scores_one_for_every_fixture_prompt():
     assert len(A_PROMPTS) == 890
     for prompt in A_PROMPTS:
         truth = arbiter.transition_for_prompt(prompt)
-        assert rewards.score_a(prompt, text.a_target(truth), truth).reward == 1.0
-        assert rewards.score_a(prompt, text.a_target(truth)).reward == 1.0
+        assert rewards.score_a(prompt, arbiter.a_target(truth), truth).reward == 1.0
+        assert rewards.score_a(prompt, arbiter.a_target(truth)).reward == 1.0
 
 
 def test_reward_is_the_weighted_sum_of_its_components():
@@ -217,7 +217,7 @@ def corrupt_fen(fen: str, step: int) -> str:
 def test_a_reward_falls_with_each_wrong_field(prompt):
     truth = arbiter.transition_for_prompt(prompt)
     flags = f"{int(truth.terminated)}+{int(truth.truncated)}"
-    chain = [text.a_target(truth)]
+    chain = [arbiter.a_target(truth)]
     chain += [f"{corrupt_fen(truth.fen, step)}+{truth.reward}+{flags}" for step in range(1, 9)]
     wrong_reward = "0.5" if truth.reward != "0.5" else "1.0"
     chain.append(f"{corrupt_fen(truth.fen, 8)}+{wrong_reward}+{flags}")
@@ -247,7 +247,7 @@ def test_hand_computed_a_rewards():
 
 
 REAL_P_COMPLETIONS = [text.split_line(line)[2] for line in VAL_LINES[:40]]
-REAL_A_COMPLETIONS = [text.a_target(arbiter.transition_for_prompt(p)) for p in A_PROMPTS[:40]]
+REAL_A_COMPLETIONS = [arbiter.a_target(arbiter.transition_for_prompt(p)) for p in A_PROMPTS[:40]]
 
 
 def splice(base: str, insert: str, cut: int, where: int) -> str:
@@ -311,7 +311,7 @@ def test_median_reward_time_is_well_under_5ms():
     """A generous guard (measured ~0.3 ms); benchmarks/reward_speed.py reports the real numbers."""
     rng = random.Random(0)
     cases = [("P", PROMPT, exact_p(ANALYSIS)[:200], ANALYSIS)] + [
-        ("A", p, text.a_target(arbiter.transition_for_prompt(p)), None) for p in rng.sample(A_PROMPTS, 5)]
+        ("A", p, arbiter.a_target(arbiter.transition_for_prompt(p)), None) for p in rng.sample(A_PROMPTS, 5)]
     for task in ("P", "A"):
         times = []
         for _ in range(200):

@@ -78,7 +78,7 @@ def test_a_and_stored_p_lines_score_without_starting_the_engine(tmp_path):
         assert record["task"] == text.task_of(given["prompt"])
         if record["task"] == "A":
             truth = arbiter.transition_for_prompt(given["prompt"])
-            assert record["target"] == text.a_target(truth)
+            assert record["target"] == arbiter.a_target(truth)
             expected = rewards.score_a(given["prompt"], given["completion"], truth)
         else:
             assert "target" not in record and record["analysis"] == given["analysis"]

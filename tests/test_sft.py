@@ -12,14 +12,13 @@ import safetensors.torch
 import torch
 from conftest import FIXTURES
 
-from rookworld import arbiter, checkpoint, cli, text
+from rookworld import arbiter, checkpoint, cli
+from rookworld.data.fresh import FreshASamples
+from rookworld.data.record import Sample, a_sample
 from rookworld.data.rows import from_line
-from rookworld.data.sample import Sample, a_sample
 from rookworld.data.splits import split_of
-from rookworld.evaluate import encode_prompts
 from rookworld.hub import load_model, read_metadata
 from rookworld.sft import (
-    FreshASamples,
     Packer,
     SFTConfig,
     balanced_subset,
@@ -68,7 +67,7 @@ def test_target_mask_covers_exactly_the_target_and_final_eos(char_tokenizer):
     eos = char_tokenizer.eos_id
     for row, (s, (ids, prompt_length)) in enumerate(zip([sample, a], encoded)):
         # The prompt part is what generation feeds the model: [eos] + prompt ids.
-        assert ids[:prompt_length] == encode_prompts(char_tokenizer, [s.prompt])[0]
+        assert ids[:prompt_length] == char_tokenizer.encode_prompts([s.prompt])[0]
         assert rows[row, 0] == eos
         assert char_tokenizer.decode(rows[row][mask[row]].tolist()) == s.target + "<|endoftext|>"
         assert not mask[row, :prompt_length].any()
@@ -83,7 +82,7 @@ def test_packed_rows_put_eos_before_each_document_and_predict_every_token_once(c
     eos = char_tokenizer.eos_id
     texts = [("P: 8/8/8/4k3/8/8/8/4K3 w - - 0 1", "  M: e1e2"), ("A: x+e2e4+e2e4+", "y+0.001+0+0"),
              ("P: k7/8/8/8/8/8/8/7K b - - 0 1", " M: a8b8")] * 4
-    docs = [packed_document(encode_prompts(char_tokenizer, [p])[0], char_tokenizer.encode(t)) for p, t in texts]
+    docs = [packed_document(char_tokenizer.encode_prompts([p])[0], char_tokenizer.encode(t)) for p, t in texts]
     queue = list(docs)
     packer = Packer(seq_len=16)
     rows1, mask1 = packer.rows(3, lambda: [queue.pop(0)])
@@ -121,7 +120,7 @@ def test_fresh_a_samples_are_true_train_split_and_resumable(data_file):
     drawn = [first.next() for _ in range(40)]
     for sample in drawn:
         assert sample.task == "A"
-        assert sample.target == text.a_target(arbiter.transition_for_prompt(sample.prompt))
+        assert sample.target == arbiter.a_target(arbiter.transition_for_prompt(sample.prompt))
         assert split_of(sample.fen) == "train"
     assert len({s.prompt for s in drawn}) == len(drawn)
     assert {s.prompt for s in drawn}.isdisjoint(s.prompt for s in samples)

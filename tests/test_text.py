@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from rookworld import text
 from rookworld.analysis import mate_to_pawns
-from rookworld.arbiter import Transition
 from rookworld.errors import InvalidPromptError
 
 VAL_LINES = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
@@ -95,14 +94,6 @@ def test_a_prompt_keeps_the_last_ten_moves():
     prompt = text.a_prompt(START, "d7d6", history)
     assert prompt == f"A: {START}+d7d6+{' '.join(history[-10:])}+"
     assert text.parse_a_prompt(prompt).history == history[-10:]
-
-
-def test_a_target():
-    t = Transition(fen="rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1", reward="0.001",
-                   terminated=False, truncated=False)
-    assert text.a_target(t) == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
-    illegal = Transition(fen=START, reward="-1.0", terminated=False, truncated=True)
-    assert text.a_target(illegal) == START + "+-1.0+0+1"
 
 
 @pytest.mark.parametrize("prompt", [

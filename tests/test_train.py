@@ -31,7 +31,7 @@ def tiny_run_inputs(tmp_path_factory) -> tuple[Path, Path]:
     p_lines = (fixtures_dir / "rook_val_sample.txt").read_text().splitlines()[:40]
     a_rows = json.loads((fixtures_dir / "a_task_openings_sample.json").read_text())[:40]
     data = root / "data.txt"
-    from rookworld.data.sample import a_sample
+    from rookworld.data.record import a_sample
 
     a_lines = [s.prompt[3:] + s.target for s in (a_sample(r["prompt"]) for r in a_rows)]  # hub layout: no "A: "
     data.write_text("\n".join(p_lines + a_lines) + "\n")

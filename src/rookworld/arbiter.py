@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import chess
 
 from rookworld.errors import InvalidPromptError
+from rookworld.text import parse_a_prompt
 
 LEGAL = "0.001"
 WIN = "1.0"
@@ -57,6 +58,11 @@ class Transition:
     reward: str
     terminated: bool
     truncated: bool
+
+
+def a_target(t: Transition) -> str:
+    """The A task's target text for a transition: `new_FEN+reward+terminated+truncated`."""
+    return f"{t.fen}+{t.reward}+{int(t.terminated)}+{int(t.truncated)}"
 
 
 def transition(fen: str, move: str, history: Sequence[str] = ()) -> Transition:
@@ -92,8 +98,6 @@ def transition(fen: str, move: str, history: Sequence[str] = ()) -> Transition:
 
 def transition_for_prompt(prompt: str) -> Transition:
     """The exact target of an A prompt `A: fen+move+history+`; InvalidPromptError if malformed."""
-    from rookworld.text import parse_a_prompt
-
     parsed = parse_a_prompt(prompt)
     return transition(parsed.fen, parsed.move, parsed.history)
 

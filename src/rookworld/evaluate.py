@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rookworld.data.sample import Sample
+from rookworld.data.record import Sample
 from rookworld.errors import UserError
 
 PROMPT_TOKENS_MARGIN = 8  # room beyond the longest target, so a near-miss completion is not cut short
@@ -45,16 +45,11 @@ def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
     return limits
 
 
-def encode_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Prompt ids as in RookWorld pretraining, where every document followed an EOS token."""
-    return [[tokenizer.eos_id, *ids] for ids in tokenizer.encode_batch(prompts)]
-
-
 def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig) -> list[list[str]]:
     """cfg.samples completions of each sample's prompt, in batches of cfg.batch_size prompts."""
     import torch
 
-    from rookworld.sampling import SamplingSettings, generate_groups
+    from rookworld.generation import SamplingSettings, generate_groups
 
     limits = max_new_tokens(tokenizer, samples)
     context = model.config.n_positions
@@ -63,7 +58,7 @@ def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig) -> li
     out: list[list[str]] = []
     for start in range(0, len(samples), cfg.batch_size):
         batch = samples[start:start + cfg.batch_size]
-        ids = encode_prompts(tokenizer, [s.prompt for s in batch])
+        ids = tokenizer.encode_prompts([s.prompt for s in batch])
         settings = [SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p,
                                      max_new_tokens=max(1, min(limits[s.task], context - len(p))))
                     for s, p in zip(batch, ids)]
@@ -133,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _prediction_samples(path: str) -> tuple[list[Sample], list[str]]:
     """Samples and completions from a predictions JSONL; P truth is Stockfish's (computed), A truth the arbiter's."""
     from rookworld import arbiter, text
-    from rookworld.data.sample import a_sample
+    from rookworld.data.record import a_sample
 
     samples: list[Sample] = []
     completions: list[str] = []

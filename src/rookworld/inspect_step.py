@@ -45,7 +45,7 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
 
 
 def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
-    from rookworld.data.sampler import TaskSampler
+    from rookworld.data.batches import TaskSampler
     from rookworld.evaluate import max_new_tokens
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device

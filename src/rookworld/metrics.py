@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
-from rookworld.data.sample import Sample
+from rookworld.data.record import Sample
 from rookworld.rewards import EVAL_CLIP_PAWNS, Score, p_board
 
 FEN_FIELDS = 6

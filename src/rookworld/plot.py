@@ -1,12 +1,162 @@
-"""`rookworld plot RUN_DIR [RUN_DIR ...] [--out FILE.png] [--smooth N]`: a PNG dashboard of training runs.
+"""`rookworld plot RUN_DIR [RUN_DIR ...] [--out FILE.png] [--smooth N]`: one PNG overlaying the metrics of
+one or more runs.
 
-Overlays reward, KL, beta, entropy, gradient norm, step time, zero-std groups, KL share and eval
-metrics of each run (the panels whose metrics some run logged).
+Reads the files RunLogger writes (metrics.jsonl, eval.jsonl); draws a panel for each known training
+metric that some run has, and one per eval metric (greedy solid, sampled dashed). Matplotlib draws
+off-screen (no display needed).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rookworld.errors import UserError
+from rookworld.log import EVAL_FILE, METRICS_FILE, read_records
+
+# (panel title, metric keys drawn in it); a panel appears when some run logged one of its keys
+TRAIN_PANELS: list[tuple[str, tuple[str, ...]]] = [
+    ("reward", ("reward/mean", "reward/P", "reward/A")),
+    ("KL to reference", ("kl/mean",)),
+    ("KL coefficient beta", ("beta", "kl/beta")),
+    ("entropy", ("entropy", "entropy/mean")),
+    ("gradient norm", ("grad_norm",)),
+    ("loss", ("loss", "loss/total")),
+    ("learning rate", ("lr",)),
+    ("seconds per step", ("time/step",)),
+    ("groups with zero reward std (fraction)", ("frac_zero_std",)),
+    ("KL share of the loss", ("kl_share",)),
+]
+SAMPLED_PREFIX = "eval/sampled/"  # the trainer's sampled eval; its greedy twin is "eval/" + the same name
+LINE_STYLES = ("-", "--", ":", "-.")
+Series = tuple[np.ndarray, np.ndarray]  # (steps, values), values NaN where logged as null
+
+
+@dataclass
+class Run:
+    name: str
+    train: dict[str, Series]
+    eval: dict[str, Series]
+
+    def series(self, source: str) -> dict[str, Series]:
+        return self.train if source == "train" else self.eval
+
+
+def _series(records: list[dict]) -> dict[str, Series]:
+    points: dict[str, tuple[list[int], list[float]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if key == "step" or isinstance(value, bool) or not (value is None or isinstance(value, (int, float))):
+                continue
+            steps, values = points.setdefault(key, ([], []))
+            steps.append(int(record["step"]))
+            values.append(math.nan if value is None else float(value))
+    return {key: (np.array(steps), np.array(values, dtype=float)) for key, (steps, values) in points.items()}
+
+
+def load_run(run_dir: str | Path, name: str | None = None) -> Run:
+    """A run's training and eval series; UserError when the directory holds no metrics.jsonl."""
+    run_dir = Path(run_dir)
+    metrics_path = run_dir / METRICS_FILE
+    if not metrics_path.is_file():
+        what = "does not exist" if not run_dir.exists() else f"has no {METRICS_FILE}"
+        raise UserError(f"run directory {run_dir} {what}: pass the output directory of rookworld train or sft")
+    eval_path = run_dir / EVAL_FILE
+    eval_series = _series(read_records(eval_path)) if eval_path.is_file() else {}
+    return Run(name or run_dir.resolve().name, _series(read_records(metrics_path)), eval_series)
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the last `window` finite values at each point (NaN where there are none)."""
+    if window <= 1:
+        return values
+    valid = np.isfinite(values)
+    kernel = np.ones(window)
+    sums = np.convolve(np.where(valid, values, 0.0), kernel)[: len(values)]
+    counts = np.convolve(valid.astype(float), kernel)[: len(values)]
+    averaged = np.full(len(values), math.nan)
+    np.divide(sums, counts, out=averaged, where=counts > 0)
+    return averaged
+
+
+Panel = tuple[str, tuple[str, ...], str]  # (title, keys, "train" or "eval")
+
+
+def panels_for(runs: Sequence[Run]) -> list[Panel]:
+    """The known training panels that some run has a key of, then one panel per eval metric holding its greedy
+    and sampled keys."""
+    panels = [(title, keys, "train") for title, keys in TRAIN_PANELS if any(k in r.train for r in runs for k in keys)]
+    names = sorted({key.removeprefix(SAMPLED_PREFIX).removeprefix("eval/") for run in runs for key in run.eval})
+    names = [name for name in names if not name.startswith("count/")]  # sample counts, not quality
+    return panels + [(f"held-out {name}", (f"eval/{name}", f"{SAMPLED_PREFIX}{name}"), "eval") for name in names]
+
+
+def _run_names(run_dirs: Sequence[str | Path]) -> list[str]:
+    names = [Path(d).resolve().name for d in run_dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in run_dirs]
+
+
+def _draw_panel(ax, panel: Panel, runs: Sequence[Run], smooth: int) -> None:
+    """One color per run, one line style per metric key; a smoothed training curve over its faint raw one."""
+    title, keys, source = panel
+    logged = [key for key in keys if any(key in run.series(source) for run in runs)]
+    for index, run in enumerate(runs):
+        color = f"C{index % 10}"
+        series = run.series(source)
+        for key, style in zip(logged, LINE_STYLES):
+            if key not in series:
+                continue
+            steps, values = series[key]
+            parts = (run.name if len(runs) > 1 else "", key if len(logged) > 1 else "")
+            label = " ".join(part for part in parts if part) or None
+            if smooth > 1 and source == "train":
+                ax.plot(steps, values, color=color, linestyle=style, alpha=0.25, linewidth=0.8)
+                values = moving_average(values, smooth)
+            ax.plot(steps, values, color=color, linestyle=style, marker="o" if source == "eval" else None,
+                    markersize=3, label=label)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=8)
+
+
+def dashboard(run_dirs: Sequence[str | Path], out: str | Path | None = None, smooth: int = 1) -> Path:
+    """Draw the dashboard of `run_dirs` into `out` (default: RUN_DIR/dashboard.png of the first run)."""
+    if not run_dirs:
+        raise UserError("no run directory given: pass at least one RUN_DIR")
+    if smooth < 1:
+        raise UserError(f"--smooth must be a window of at least 1 step, got {smooth}")
+    runs = [load_run(d, name) for d, name in zip(run_dirs, _run_names(run_dirs))]
+    panels = panels_for(runs)
+    if not panels:
+        known = ", ".join(k for _title, keys in TRAIN_PANELS for k in keys)
+        raise UserError(f"nothing to plot in {', '.join(map(str, run_dirs))}: none of {known} was logged, "
+                        f"and there is no {EVAL_FILE}")
+
+    from matplotlib.figure import Figure  # Figure without pyplot: no GUI backend, no global state
+
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure = Figure(figsize=(5.5 * columns, 3.4 * rows), layout="constrained")
+    figure.suptitle(" vs ".join(run.name for run in runs) + (f"  (smoothed over {smooth} steps)" if smooth > 1 else ""))
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels):
+        _draw_panel(ax, panel, runs, smooth)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    out_path = Path(out) if out is not None else Path(run_dirs[0]) / "dashboard.png"
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        figure.savefig(out_path, dpi=100)
+    except ValueError as exc:  # an output suffix matplotlib cannot write
+        raise UserError(f"cannot write the dashboard to {out_path}: {exc}; use a .png path") from None
+    return out_path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +169,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rookworld.plots import dashboard
-
     print(dashboard(args.runs, args.out, args.smooth))
     return 0

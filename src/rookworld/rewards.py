@@ -259,7 +259,7 @@ def score_a(prompt: str, completion: str, truth: arbiter.Transition | None = Non
 
     flags = (str(int(truth.terminated)), str(int(truth.truncated)))
     return _combine("A", {
-        "exact": float(completion.strip() == text.a_target(truth)),
+        "exact": float(completion.strip() == arbiter.a_target(truth)),
         "placement": _placement_credit(before.split(" ")[0], expected[0], said[0] if parsed.fen else None),
         "side": same(1),
         "castling": same(2),

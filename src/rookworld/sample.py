@@ -31,9 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from rookworld.generation import SamplingSettings, generate_groups
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
-    from rookworld.sampling import SamplingSettings, generate_groups
 
     try:
         settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -127,7 +127,7 @@ def _score_batch(lines: list[_Line], pool: _LazyPool) -> None:
         if not line.ok:
             continue
         if line.transition is not None:
-            line.record["target"] = text.a_target(line.transition)
+            line.record["target"] = arbiter.a_target(line.transition)
             score = rewards.score_a(line.prompt, line.completion, line.transition)
         else:
             score = next(p_scores)

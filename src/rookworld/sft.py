@@ -6,12 +6,12 @@ tokenizer trained on the data) or from a checkpoint (`--init-from DIR|hub id`).
 Two ways to turn samples into training rows (`--mode`):
 - `target` (default): one sample per row, `[eos] + prompt + target + [eos]`, right-padded; the loss
   covers the target and its final EOS only. Prompts are encoded exactly as evaluation encodes them
-  (`evaluate.encode_prompts`), so training and generation see the same ids at the same positions.
+  (`Tokenizer.encode_prompts`), so training and generation see the same ids at the same positions.
 - `packed`: documents `[eos] + prompt + target` concatenated and cut into rows of `seq_len + 1`
   tokens, loss on every token (RookWorld pretraining; the next document's EOS ends each target).
 
 A samples cost only python-chess, so `--fresh-a F` replaces that share of the A samples drawn with
-freshly made ones (see `FreshASamples`). AdamW (weight decay on 2-D weights only), linear warm-up then
+freshly made ones (see `data.fresh.FreshASamples`). AdamW (weight decay on 2-D weights only), linear warm-up then
 cosine decay, gradient accumulation, held-out target loss and the evaluation metrics of
 `evaluate.evaluate_model` on a fixed eval subset, atomic checkpoints with exact resume (`--resume OUT`
 continues OUT bit for bit on CPU), JSONL + TensorBoard logs and a progress bar.
@@ -35,11 +35,9 @@ from typing import TYPE_CHECKING, Any
 from rookworld.errors import UserError
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
 
-    from rookworld.data.games import Ply
-    from rookworld.data.sample import Sample
+    from rookworld.data.record import Sample
     from rookworld.model import GPT
     from rookworld.tokenizer import Tokenizer
 
@@ -53,8 +51,6 @@ PRESETS: dict[str, dict[str, int]] = {
     "gpt2-124m": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024},
 }
 TOKENIZER_TEXTS = 20_000  # training documents the chess tokenizer is trained on (more changes little)
-FRESH_CHUNK = 256  # fresh A samples made at a time: enough for the rare-case shares to round well
-FRESH_GAME_PLIES = 8  # random moves played on from each training position
 
 
 @dataclass
@@ -141,10 +137,8 @@ class SFTConfig:
 
 def encode_samples(tokenizer: Tokenizer, samples: Sequence[Sample]) -> list[tuple[list[int], int]]:
     """(ids, prompt length) per sample: ids = [eos] + prompt + target + [eos], the prompt part encoded
-    by `evaluate.encode_prompts` exactly as generation encodes it."""
-    from rookworld.evaluate import encode_prompts
-
-    prompts = encode_prompts(tokenizer, [s.prompt for s in samples])
+    by `Tokenizer.encode_prompts` exactly as generation encodes it."""
+    prompts = tokenizer.encode_prompts([s.prompt for s in samples])
     targets = tokenizer.encode_batch([s.target for s in samples])
     return [(prompt + target + [tokenizer.eos_id], len(prompt)) for prompt, target in zip(prompts, targets)]
 
@@ -209,84 +203,6 @@ def packed_document(prompt_ids: Sequence[int], target_ids: Sequence[int]) -> lis
 # ---------------------------------------------------------------- data
 
 
-def _random_continuation(sample: Sample, length: int, rng: np.random.Generator) -> list[Ply]:
-    """Up to `length` random legal moves played on from the position an A sample's move leads to, as
-    the plies of a game (history carried over from the prompt); empty when that move was illegal or
-    ended the game."""
-    import chess
-
-    from rookworld import text
-    from rookworld.data.games import Ply
-
-    truth = text.parse_a_completion(sample.target)
-    if truth.fen is None or truth.truncated != "0" or truth.terminated != "0":
-        return []
-    board = chess.Board(truth.fen)
-    history = text.parse_a_prompt(sample.prompt).history
-    plies = []
-    for index in range(length):
-        moves = list(board.legal_moves)
-        if not moves or board.is_game_over():
-            break
-        move = moves[int(rng.integers(len(moves)))].uci()
-        plies.append(Ply(board.fen(), move, tuple(history[-(text.MAX_HISTORY - 1):]), index))
-        board.push_uci(move)
-        history.append(move)
-    return plies
-
-
-class FreshASamples:
-    """An endless stream of A samples made on the fly, python-chess only.
-
-    Games are short random walks (FRESH_GAME_PLIES random legal moves) from the positions the training
-    A samples lead to (real game positions), turned into samples by the data generator's `AMixer`, so
-    that the rare cases (illegal moves, mates, promotions, ...) come in the same shares as in generated
-    data. Samples of eval-split positions are dropped. Chunk k is a pure function of (seed, k), so the
-    state is two integers.
-    """
-
-    def __init__(self, samples: Sequence[Sample], seed: int) -> None:
-        self.base = [s for s in samples if s.task == "A" and s.meta.get("case") != "illegal"]
-        if not self.base:
-            raise UserError("--fresh-a needs A samples in the training data to start fresh games from")
-        self.seed = seed
-        self.chunk_index = 0
-        self.cursor = 0
-        self._chunk: list[Sample] | None = None
-
-    def _make_chunk(self, index: int) -> list[Sample]:
-        import numpy as np
-
-        from rookworld.data.a_mix import AMixer
-        from rookworld.data.splits import split_of
-
-        rng = np.random.default_rng([self.seed, index])
-        games: list[list[Ply]] = []
-        while sum(len(game) for game in games) < FRESH_CHUNK:
-            base = self.base[int(rng.integers(len(self.base)))]
-            games.append(_random_continuation(base, FRESH_GAME_PLIES, rng))
-        made = AMixer(rng, set()).build(games, FRESH_CHUNK)
-        order = rng.permutation(len(made))  # AMixer lists the rare cases first
-        return [made[int(i)] for i in order if split_of(made[int(i)].fen) == "train"]
-
-    def next(self) -> Sample:
-        if self._chunk is None:
-            self._chunk = self._make_chunk(self.chunk_index)
-        while self.cursor >= len(self._chunk):
-            self.chunk_index += 1
-            self.cursor = 0
-            self._chunk = self._make_chunk(self.chunk_index)
-        self.cursor += 1
-        return self._chunk[self.cursor - 1]
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"chunk_index": self.chunk_index, "cursor": self.cursor}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.chunk_index, self.cursor = int(state["chunk_index"]), int(state["cursor"])
-        self._chunk = None
-
-
 class TrainStream:
     """Training samples: the data's P:A mix (`TaskSampler`), each A sample replaced by a fresh one with
     probability `fresh_a`. Seeded and resumable exactly."""
@@ -294,10 +210,12 @@ class TrainStream:
     def __init__(self, samples: Sequence[Sample], p_fraction: float, fresh_a: float, seed: int) -> None:
         import numpy as np
 
-        from rookworld.data.sampler import TaskSampler
+        from rookworld.data.batches import TaskSampler
 
         self.sampler = TaskSampler(samples, p_fraction=p_fraction, seed=seed)
         self.fresh_a = fresh_a
+        from rookworld.data.fresh import FreshASamples
+
         self.fresh = FreshASamples(samples, seed) if fresh_a > 0 else None
         self._rng = np.random.default_rng([seed, 1])  # the swap decisions, apart from the sampler's stream
 
@@ -451,7 +369,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
 
     from rookworld import checkpoint
     from rookworld.data.sources import load_source
-    from rookworld.evaluate import EvalConfig, encode_prompts, evaluate_model
+    from rookworld.evaluate import EvalConfig, evaluate_model
     from rookworld.hub import load_model, read_metadata, save_model
     from rookworld.log import Progress, RunLogger
     from rookworld.runtime import pick_device
@@ -500,7 +418,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
 
     def next_documents() -> list[list[int]]:
         batch = stream.next(cfg.batch_size)
-        prompts = encode_prompts(tokenizer, [s.prompt for s in batch])
+        prompts = tokenizer.encode_prompts([s.prompt for s in batch])
         targets = tokenizer.encode_batch([s.target for s in batch])
         return [packed_document(p, t) for p, t in zip(prompts, targets)]
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from rookworld.errors import InvalidPromptError
-
-if TYPE_CHECKING:
-    from rookworld.arbiter import Transition
 
 P_PREFIX = "P: "
 A_PREFIX = "A: "
@@ -55,10 +52,6 @@ def a_prompt(fen: str, move: str, history: Sequence[str]) -> str:
     if not moves or moves[-1] != move:
         moves.append(move)
     return f"{A_PREFIX}{fen}+{move}+{' '.join(moves[-MAX_HISTORY:])}+"
-
-
-def a_target(t: Transition) -> str:
-    return f"{t.fen}+{t.reward}+{int(t.terminated)}+{int(t.truncated)}"
 
 
 def task_of(prompt: str) -> Literal["P", "A"] | None:

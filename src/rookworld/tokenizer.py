@@ -57,6 +57,11 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
 
+    def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
+        """Prompt ids as in RookWorld pretraining, where every document followed an EOS token: the ids
+        that training, evaluation and generation all feed the model."""
+        return [[self.eos_id, *ids] for ids in self.encode_batch(prompts)]
+
     def decode(self, ids: Sequence[int]) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=False)
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from rookworld import checkpoint, grpo
-from rookworld.data.sample import Sample
+from rookworld.data.record import Sample
 from rookworld.errors import UserError
-from rookworld.evaluate import EvalConfig, encode_prompts, evaluate_model, max_new_tokens
-from rookworld.sampling import Generation, SamplingSettings, generate_groups
+from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
+from rookworld.generation import Generation, SamplingSettings, generate_groups
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 ZERO_STD_MODES = ("keep", "drop", "resample")
@@ -198,7 +198,7 @@ def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, li
     from rookworld.rewards import score_batch
 
     t0 = time.perf_counter()
-    ids = encode_prompts(tokenizer, [s.prompt for s in samples])
+    ids = tokenizer.encode_prompts([s.prompt for s in samples])
     settings = [sampling_settings(cfg, limits, s.task) for s in samples]
     gen: Generation = generate_groups(policy, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id,
                                       generator=generator)
@@ -469,7 +469,7 @@ def load_data(cfg: TrainConfig):
 
 def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> Path:
     """Run GRPO; returns the run directory. See the module docstring."""
-    from rookworld.data.sampler import TaskSampler
+    from rookworld.data.batches import TaskSampler
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import Progress, RunLogger
     from rookworld.runtime import pick_device

@@ -26,7 +26,7 @@ import numpy as np
 from rookworld import text
 from rookworld.data.cases import case_moves, illegal_move
 from rookworld.data.games import Ply
-from rookworld.data.sample import Sample, a_sample
+from rookworld.data.record import Sample, a_sample
 from rookworld.data.synthetic import RECIPES, synthetic_case
 
 RARE_SHARES = {"illegal": 0.06, "checkmate": 0.04, "promotion": 0.04, "insufficient_material": 0.03,

@@ -32,7 +32,7 @@ from rookworld.data import store
 from rookworld.data.a_mix import RARE_SHARES, AMixer
 from rookworld.data.games import Game, Ply, plies, read_pgn_games
 from rookworld.data.position import position_key
-from rookworld.data.sample import Sample, p_sample
+from rookworld.data.record import Sample, p_sample
 from rookworld.data.selfplay import SelfPlayConfig, play_games
 from rookworld.data.splits import EVAL_FRACTION
 from rookworld.errors import UserError

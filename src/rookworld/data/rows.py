@@ -24,7 +24,7 @@ from rookworld import text
 from rookworld.analysis import Analysis
 from rookworld.data import store
 from rookworld.data.position import position_meta
-from rookworld.data.sample import Sample, a_sample, p_sample
+from rookworld.data.record import Sample, a_sample, p_sample
 
 DATA_LIMIT = "data"  # Analysis.limit of an analysis read from a data row
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rookworld.data import rows, store
-from rookworld.data.sample import Sample
+from rookworld.data.record import Sample
 from rookworld.data.splits import EVAL_FRACTION, HUB_SPLITS, Split, check_split, in_split
 from rookworld.errors import UserError
 

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from rookworld.data.sample import Sample
+from rookworld.data.record import Sample
 from rookworld.data.splits import EVAL_FRACTION, split_of
 
 

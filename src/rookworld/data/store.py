@@ -17,7 +17,7 @@ from typing import Any
 from rookworld import text
 from rookworld.analysis import Analysis
 from rookworld.data.position import position_meta
-from rookworld.data.sample import Sample, p_sample
+from rookworld.data.record import Sample, p_sample
 
 
 def is_compact(record: Mapping[str, Any]) -> bool:

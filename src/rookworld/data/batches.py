@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rookworld.data.position import PHASES
-from rookworld.data.sample import TASKS, Sample
+from rookworld.data.record import TASKS, Sample
 from rookworld.errors import UserError
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rookworld.generation import SamplingSettings, fast_decode_step, generate_groups
 from rookworld.model import GPT, token_logprobs
-from rookworld.sampling import SamplingSettings, fast_decode_step, generate_groups
 
 PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

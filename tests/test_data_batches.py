@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rookworld.data.sampler import SampleFilter, TaskSampler
+from rookworld.data.batches import SampleFilter, TaskSampler
 from rookworld.data.sources import load_files
 from rookworld.errors import UserError
 

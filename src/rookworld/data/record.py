@@ -1,7 +1,7 @@
 """One training/eval example, and how to build one from its truth.
 
 P truth is a Stockfish-style analysis (moves best first); A truth is the arbiter's exact transition, so
-an A sample's target is always `text.a_target(arbiter.transition(...))`.
+an A sample's target is always `arbiter.a_target(arbiter.transition(...))`.
 """
 
 from __future__ import annotations
@@ -73,5 +73,5 @@ def a_sample(prompt: str, meta: Mapping[str, Any] | None = None) -> Sample:
     parsed = text.parse_a_prompt(prompt)
     transition = arbiter.transition(parsed.fen, parsed.move, parsed.history)
     case = classify_a(parsed.fen, parsed.move, transition)
-    return Sample("A", prompt, text.a_target(transition), None,
+    return Sample("A", prompt, arbiter.a_target(transition), None,
                   {**position_meta(parsed.fen), **(meta or {}), "case": case})

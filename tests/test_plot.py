@@ -11,7 +11,7 @@ import pytest
 from rookworld import cli
 from rookworld.errors import UserError
 from rookworld.log import RunLogger
-from rookworld.plots import dashboard, load_run, moving_average, panels_for
+from rookworld.plot import dashboard, load_run, moving_average, panels_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
