@@ -120,13 +120,47 @@ def test_read_records_reports_a_bad_line_that_is_not_the_last(tmp_path):
     assert read_records(path) == [{"step": 1}]
 
 
-def test_progress_shows_metrics_speed_and_eta():
-    from rich.console import Console
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
 
-    screen = io.StringIO()
-    with Progress(10, start=2, enabled=True, console=Console(file=screen, force_terminal=True, width=160)) as bar:
+
+def test_progress_on_a_terminal_is_a_live_bar_with_metrics_speed_and_eta():
+    screen = Terminal()
+    with Progress(10, start=2, stream=screen) as bar:
         bar.update(4, {"reward/mean": 0.51234, "kl/mean": 0.003})
         text = bar.stats_text(4, {"reward/mean": 0.51234, "kl/mean": 0.003})
     assert re.fullmatch(r"reward 0\.5123 \| kl 0\.003 \| [0-9.e-]+ s/step \| ETA \d+:\d\d:\d\d", text)
     assert "reward 0.5123" in screen.getvalue() and "4/10" in screen.getvalue()
-    assert not Progress(10, rank=1, enabled=None).enabled
+    assert "train step" not in screen.getvalue()  # no plain lines beside the bar
+
+
+def test_progress_without_a_terminal_prints_the_first_every_nth_and_last_step():
+    log_file = io.StringIO()  # a pipe or file: isatty() is False
+    with Progress(25, every=10, stream=log_file) as bar:
+        for step in range(1, 26):
+            bar.update(step, {"reward/mean": step / 100, "kl/mean": 0.001})
+    lines = log_file.getvalue().splitlines()
+    assert [line.split(" | ")[0] for line in lines] == [
+        "train step 1/25", "train step 10/25", "train step 20/25", "train step 25/25"]
+    assert re.fullmatch(r"train step 10/25 \| reward 0\.1 \| kl 0\.001 \| [0-9.e-]+ s/step \| "
+                        r"ETA \d+:\d\d:\d\d", lines[1])
+    assert lines[-1].endswith("ETA 0:00:00")
+
+
+def test_progress_of_a_resumed_run_starts_its_lines_at_the_first_new_step():
+    log_file = io.StringIO()
+    with Progress(30, start=12, every=10, description="sft", fields={"loss": "loss"}, stream=log_file) as bar:
+        for step in range(13, 31):
+            bar.update(step, {"loss": 1.5})
+    assert [line.split(" | ")[:2] for line in log_file.getvalue().splitlines()] == [
+        ["sft step 13/30", "loss 1.5"], ["sft step 20/30", "loss 1.5"], ["sft step 30/30", "loss 1.5"]]
+
+
+def test_progress_prints_nothing_on_other_ranks_and_refuses_a_zero_interval():
+    for stream in (io.StringIO(), Terminal()):
+        with Progress(10, rank=1, stream=stream) as bar:
+            bar.update(1, {"reward/mean": 0.5})
+        assert stream.getvalue() == ""
+    with pytest.raises(ValueError, match="every"):
+        Progress(10, every=0)

@@ -147,13 +147,17 @@ def _config(data_file: Path, out: Path, **overrides) -> SFTConfig:
     return SFTConfig(**{"data": str(data_file), "out": str(out), **TINY, **overrides})
 
 
-def test_loss_decreases_when_overfitting_a_few_samples(data_file, tmp_path):
+def test_loss_decreases_when_overfitting_a_few_samples(data_file, tmp_path, capsys):
     cfg = _config(data_file, tmp_path / "run", data_limit=8, p_fraction=1.0, steps=40, lr=1e-2, warmup_steps=2,
                   eval_every=0, checkpoint_every=0, keep_last=0)
     main(cfg)
     losses = [r["loss"] for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())]
     assert len(losses) == 40
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+    # stdout is no terminal here: plain progress lines instead of a bar
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sft step ")]
+    assert [line.split(" | ")[0] for line in progress] == ["sft step 1/40", "sft step 10/40", "sft step 20/40",
+                                                          "sft step 30/40", "sft step 40/40"]
 
 
 def _weights(ckpt: Path) -> dict[str, torch.Tensor]:

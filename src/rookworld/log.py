@@ -1,4 +1,4 @@
-"""Run logging: metric and sample files, TensorBoard, optional Weights & Biases, a console progress bar.
+"""Run logging: metric and sample files, TensorBoard, optional Weights & Biases, console progress.
 
 Used by `rookworld train` and `rookworld sft`. Files under the run directory OUT:
 
@@ -223,32 +223,39 @@ def _clock(seconds: float) -> str:
 
 
 class Progress:
-    """A live console bar: step/total, a few key metrics, seconds per step and ETA.
+    """Progress of a run on stdout: step/total, a few key metrics, seconds per step and ETA.
 
-    Off (every call a no-op) unless stderr is a terminal and rank == 0; `enabled` overrides the check.
-    fields maps metric keys to the short labels shown.
+    On a terminal, a live rich bar. Otherwise (`make train | tee log`, a batch job) one plain line per
+    `every` steps, plus the first and the last step, so a log shows the run is alive. Only rank 0 prints.
+    fields maps metric keys to the short labels shown; stream defaults to sys.stdout.
     """
 
     DEFAULT_FIELDS: Mapping[str, str] = {"reward/mean": "reward", "kl/mean": "kl"}
+    EVERY = 10
 
     def __init__(self, total: int, *, start: int = 0, description: str = "train",
-                 fields: Mapping[str, str] | None = None, enabled: bool | None = None, rank: int = 0,
-                 console: Any = None) -> None:
+                 fields: Mapping[str, str] | None = None, rank: int = 0, every: int = EVERY,
+                 stream: IO[str] | None = None) -> None:
+        if every < 1:
+            raise ValueError(f"every must be >= 1 step, got {every}")
         self.total = total
         self.start = start
+        self.description = description
+        self.every = every
         self.fields = dict(self.DEFAULT_FIELDS if fields is None else fields)
-        self.enabled = (rank == 0 and sys.stderr.isatty()) if enabled is None else enabled
+        self.enabled = rank == 0
+        self._stream = sys.stdout if stream is None else stream
         self._started_at = time.perf_counter()
         self._bar = None
-        if not self.enabled:
+        if not self.enabled or not self._stream.isatty():
             return
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
         from rich.progress import Progress as RichProgress
 
         self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[stats]}"),
-                                 console=console or Console(stderr=True), transient=False)
+                                 TextColumn("{task.fields[stats]}"), console=Console(file=self._stream),
+                                 transient=False)
         self._task = self._bar.add_task(description, total=total, completed=start, stats="")
         self._bar.start()
 
@@ -268,9 +275,13 @@ class Progress:
 
     def update(self, step: int, metrics: Mapping[str, Any] | None = None) -> None:
         """Show that `step` steps are complete, with these metrics."""
-        if self._bar is None:
+        if not self.enabled:
             return
-        self._bar.update(self._task, completed=step, stats=self.stats_text(step, metrics or {}))
+        stats = self.stats_text(step, metrics or {})
+        if self._bar is not None:
+            self._bar.update(self._task, completed=step, stats=stats)
+        elif step == self.start + 1 or step % self.every == 0 or step >= self.total:
+            print(f"{self.description} step {step}/{self.total} | {stats}", file=self._stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
