@@ -40,20 +40,43 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
-    """Add one `--field-name` flag per field of `config_cls`; unset flags parse as None."""
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
+                         sections: dict[str, list[str]] | None = None,
+                         advanced: frozenset[str] = frozenset()) -> None:
+    """Add one `--field-name` flag per field of `config_cls`; unset flags parse as None.
+
+    With `sections` (title -> field names, see flag_groups.py) each flag goes to its `--help` section;
+    a field in no section is an error, so every flag has a place. Fields in `advanced` say so in their help.
+    """
     hints = typing.get_type_hints(config_cls)
+    where = _sections(parser, sections) if sections else {}
     for field in dataclasses.fields(config_cls):
+        if sections and field.name not in where:
+            raise ValueError(f"config field {field.name!r} of {config_cls.__name__} is in no --help section "
+                             "(add it to rookworld/flag_groups.py)")
+        target = where.get(field.name, parser)
         scalar, is_list = _flag_type(hints[field.name])
         kind = _parse_bool if scalar is bool else scalar
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        help_text = f"{field.metadata.get('help', '')} (default: {default})"
+        prefix = "advanced: " if field.name in advanced else ""
+        help_text = prefix + field.metadata.get("help", "")
+        if "(default" not in help_text:  # a help that explains its default says it better
+            help_text += f" (default: {default})"
         flag = "--" + field.name.replace("_", "-")
         if is_list:
-            parser.add_argument(flag, dest=field.name, type=kind, action="append", default=None, help=help_text)
+            target.add_argument(flag, dest=field.name, type=kind, action="append", default=None, help=help_text)
         else:
-            parser.add_argument(flag, dest=field.name, type=kind, default=None, help=help_text,
+            target.add_argument(flag, dest=field.name, type=kind, default=None, help=help_text,
                                 metavar=field.name.upper() if scalar is not bool else "BOOL")
+
+
+def _sections(parser: argparse.ArgumentParser, sections: dict[str, list[str]]) -> dict[str, Any]:
+    """Field name -> its argparse group, creating each titled group once per parser."""
+    groups = {group.title: group for group in parser._action_groups}
+    for title in sections:
+        if title not in groups:
+            groups[title] = parser.add_argument_group(title)
+    return {name: groups[title] for title, names in sections.items() for name in names}
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -503,11 +503,13 @@ def _copy_as(model: GPT, dtype: torch.dtype) -> GPT:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.config import add_config_arguments
+    from rookworld.flag_groups import ADVANCED, SFT
 
+    parser.usage = "%(prog)s [--config TOML] [--resume DIR] [flags: see the sections below]"
     parser.add_argument("--config", help="TOML file of config fields (flags override it)")
     parser.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its latest checkpoint, "
                         "with its saved config (flags given here override it, e.g. --steps)")
-    add_config_arguments(parser, SFTConfig)
+    add_config_arguments(parser, SFTConfig, SFT, ADVANCED)
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[SFTConfig, bool]:

@@ -617,12 +617,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.config import add_config_arguments
+    from rookworld.flag_groups import ADVANCED, TRAIN
 
+    parser.usage = "%(prog)s [--config TOML] [--resume DIR] [flags: see the sections below]"
     parser.add_argument("--config", help="TOML file: top-level keys set TrainConfig fields, a [grpo] table "
                         "GRPOConfig fields; flags override it")
     parser.add_argument("--resume", help="continue the run in this directory from its latest checkpoint")
-    add_config_arguments(parser, TrainConfig)
-    add_config_arguments(parser, grpo.GRPOConfig)
+    add_config_arguments(parser, TrainConfig, TRAIN, ADVANCED)
+    add_config_arguments(parser, grpo.GRPOConfig, TRAIN, ADVANCED)
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, grpo.GRPOConfig]:

@@ -1,0 +1,41 @@
+"""Which `--help` section each config flag of `rookworld train` and `rookworld sft` belongs to.
+
+A flag missing from its command's table is a programming error (the parser refuses to build), so a new
+config field cannot land without a place in the help. Advanced flags keep their defaults in normal use;
+their help text says so.
+"""
+
+from __future__ import annotations
+
+TRAIN: dict[str, list[str]] = {
+    "model and data": ["model", "data", "p_fraction", "seed"],
+    "sampling": ["group_size", "temperature_p", "temperature_a", "top_p_p", "top_p_a", "max_new_tokens_p",
+                 "max_new_tokens_a", "zero_std", "resample_rounds", "rollout_chunk"],
+    "optimisation": ["steps", "batch_size", "lr", "lr_schedule", "warmup_steps", "weight_decay", "grad_clip",
+                     "num_iterations", "micro_batch_size", "overfit_single_batch"],
+    "GRPO loss": ["aggregation", "std_scaling", "eps_low", "eps_high", "mask_truncated", "std_floor", "adv_clip",
+                  "entropy_coef"],
+    "KL": ["beta", "kl_estimator", "beta_schedule", "kl_importance_weight", "beta_warmup_steps", "beta_ramp_steps",
+           "kl_target", "kl_horizon", "beta_min", "beta_max"],
+    "guards (0 turns one off)": ["kl_max", "reward_drop", "lr_backoff", "max_rollbacks"],
+    "eval": ["eval_every", "eval_limit", "eval_draws", "eval_temperature"],
+    "checkpoints and logging": ["out", "checkpoint_every", "keep_last", "tensorboard", "wandb_project", "log_samples"],
+    "hardware": ["device", "threads", "ref_device", "processes", "engine_rewards"],
+}
+
+SFT: dict[str, list[str]] = {
+    "model and data": ["data", "data_limit", "init_from", "preset", "n_layer", "n_head", "n_embd", "n_positions",
+                       "tokenizer_vocab", "mode", "seq_len", "p_fraction", "fresh_a", "seed"],
+    "optimisation": ["steps", "batch_size", "grad_accum", "lr", "min_lr_ratio", "warmup_steps", "weight_decay",
+                     "beta1", "beta2", "grad_clip"],
+    "eval": ["eval_every", "eval_samples", "eval_loss_samples", "eval_batch_size", "best_metric"],
+    "checkpoints and logging": ["out", "checkpoint_every", "keep_last", "export", "export_dtype", "tensorboard"],
+    "hardware": ["device", "threads"],
+}
+
+ADVANCED = frozenset({
+    "resample_rounds", "rollout_chunk", "micro_batch_size", "overfit_single_batch", "std_floor", "adv_clip",
+    "entropy_coef", "kl_importance_weight", "beta_warmup_steps", "beta_ramp_steps", "kl_target", "kl_horizon",
+    "beta_min", "beta_max", "lr_backoff", "max_rollbacks", "log_samples", "ref_device", "processes",
+    "engine_rewards", "beta1", "beta2", "eval_loss_samples", "eval_batch_size", "seq_len", "tokenizer_vocab",
+})
