@@ -263,10 +263,27 @@ def test_sample_command_reports_bad_input(saved_checkpoint, capsys, monkeypatch,
     code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", "P: x", "--top-p", "0")
     assert code == 2 and "top_p" in err
     code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", "P: x", "--max-new-tokens", "500")
-    assert code == 2 and "lower --max-new-tokens" in err
+    assert code == 2 and "--max-new-tokens 500" in err and "use at most" in err
     monkeypatch.setattr(rookworld.hub, "DEFAULT_MODEL_DIR", tmp_path / "absent")
     code, _, err = run_cli(capsys, "--prompt", "P: x")
     assert code == 2 and "embedded default model is missing" in err and "--model" in err
+
+
+def test_sample_command_default_limit_fits_the_context(capsys):
+    """The embedded model has 320 positions: a long A prompt leaves less than 256 for the completion."""
+    import json
+
+    from rookworld.hub import load_model, resolve_default_model
+
+    _, tokenizer = load_model(resolve_default_model())
+    prompt = ("<|endoftext|>A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+"
+              + " ".join(["g1f3", "g8f6"] * 20) + "+")
+    room = 320 - len(tokenizer.encode(prompt))
+    assert 0 < room < 256
+    code, out, _ = run_cli(capsys, "--prompt", prompt, "--greedy", "--json", "--device", "cpu")
+    assert code == 0 and len(json.loads(out)[0]["completion_ids"]) <= room
+    code, _, err = run_cli(capsys, "--prompt", "P: " + "k" * 400, "--device", "cpu")
+    assert code == 2 and "shorten it" in err
 
 
 @needs_cuda

@@ -13,6 +13,8 @@ import json
 
 from rookworld.errors import UserError
 
+DEFAULT_MAX_NEW_TOKENS = 256
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
@@ -22,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 keeps all (default: 0)")
     parser.add_argument("--top-p", type=float, default=1.0,
                         help="keep the smallest token set with this probability; 1 keeps all (default: 1.0)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="completion length limit (default: 256)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="completion length limit (default: 256, or what the model's context leaves after "
+                        "the longest prompt)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling random stream (default: 0)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of text lines")
@@ -35,22 +39,27 @@ def run(args: argparse.Namespace) -> int:
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
 
-    try:
-        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                    max_new_tokens=args.max_new_tokens)
-    except ValueError as e:
-        raise UserError(f"bad sampling flag: {e}") from None
     device = pick_device(args.device)
     model, tokenizer = load_model(args.model or resolve_default_model(), device=device)
     prompt_ids = tokenizer.encode_batch(args.prompt)
     context = model.config.n_positions
-    for prompt, ids in zip(args.prompt, prompt_ids):
-        if not ids:
-            raise UserError("--prompt '': a prompt needs at least one token")
-        if len(ids) + settings.max_new_tokens > context:
-            raise UserError(f"--prompt {prompt[:40]!r}...: {len(ids)} prompt tokens + --max-new-tokens "
-                            f"{settings.max_new_tokens} exceed the model's context of {context}; "
-                            "lower --max-new-tokens")
+    if not all(prompt_ids):
+        raise UserError("--prompt '': a prompt needs at least one token")
+    longest = max(len(ids) for ids in prompt_ids)
+    max_new_tokens = args.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = min(DEFAULT_MAX_NEW_TOKENS, context - longest)
+    elif longest + max_new_tokens > context:
+        raise UserError(f"--max-new-tokens {max_new_tokens}: the longest prompt has {longest} tokens and the "
+                        f"model's context is {context}; use at most {context - longest}")
+    if max_new_tokens < 1:
+        raise UserError(f"--prompt: the longest prompt has {longest} tokens, the model's whole context "
+                        f"({context}); shorten it")
+    try:
+        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                    max_new_tokens=max_new_tokens)
+    except ValueError as e:
+        raise UserError(f"bad sampling flag: {e}") from None
     generator = torch.Generator(device=device).manual_seed(args.seed)
     generation = generate_groups(model, prompt_ids, 1, settings, eos_id=tokenizer.eos_id, generator=generator,
                                  greedy=args.greedy)
