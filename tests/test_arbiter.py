@@ -289,3 +289,13 @@ def test_bad_history_raises_invalid_prompt_error():
 def test_malformed_prompt_raises_invalid_prompt_error(prompt):
     with pytest.raises(InvalidPromptError):
         transition_for_prompt(prompt)
+
+
+def test_openings_fixture_lines_are_the_checked_targets(fixtures_dir):
+    """a_openings.txt (the second held-out distribution) is the JSON fixture's prompts with their targets."""
+    rows = json.loads((fixtures_dir / "a_task_openings_sample.json").read_text(encoding="utf-8"))
+    lines = (fixtures_dir / "a_openings.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(rows) == 870
+    for row, line in zip(rows, lines):
+        assert line.startswith(row["prompt"])
+        assert line[len(row["prompt"]):].split("+")[0] == row["expected_fen"]
