@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 MATE_PAWNS = 1000.0  # a mate in n for the side to move is +(1000 - n/100) pawns, as in RookWorld data
+EVAL_CLIP_PAWNS = 10.0  # mates (~±999.9) and won positions compare as ±10 pawns
+# Lichess's win-probability curve: win% = 50 + 50 * (2 / (1 + exp(-0.00368208 * centipawns)) - 1),
+# fitted on rated games; as an expected score in [0, 1] that is a logistic of 0.368208 per pawn.
+EXPECTED_SCORE_PER_PAWN = 0.368208
 
 
 def mate_to_pawns(moves_to_mate: int) -> float:
@@ -16,6 +21,16 @@ def mate_to_pawns(moves_to_mate: int) -> float:
 
 def is_mate_score(pawns: float) -> bool:
     return abs(pawns) >= MATE_PAWNS - 10.0
+
+
+def clip_pawns(pawns: float) -> float:
+    """An eval bounded to ±EVAL_CLIP_PAWNS: a mate and a won ending compare alike."""
+    return min(EVAL_CLIP_PAWNS, max(-EVAL_CLIP_PAWNS, pawns))
+
+
+def expected_score(pawns: float) -> float:
+    """Expected game score (win 1, draw 0.5) of the side whose eval this is, from the clipped eval."""
+    return 1.0 / (1.0 + math.exp(-EXPECTED_SCORE_PER_PAWN * clip_pawns(pawns)))
 
 
 @dataclass(frozen=True)

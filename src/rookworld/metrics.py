@@ -14,15 +14,12 @@ from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
 from rookworld.data.record import Sample
-from rookworld.rewards import EVAL_CLIP_PAWNS, Score, p_board
+from rookworld.analysis import clip_pawns
+from rookworld.rewards import Score, p_board
 
 FEN_FIELDS = 6
 # A cases whose exact accuracy is reported on its own (meta.case, from data.cases).
 A_CASE_METRICS = ("first_move", "checkmate", "stalemate", "illegal")
-
-
-def _clipped(pawns: float) -> float:
-    return min(EVAL_CLIP_PAWNS, max(-EVAL_CLIP_PAWNS, pawns))
 
 
 def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
@@ -43,7 +40,7 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
     label = sample.meta.get("label_best")
     if label is not None:
         values["P/best_move_acc_label"] = float(best == label)
-    errors = [abs(_clipped(said) - _clipped(truth))
+    errors = [abs(clip_pawns(said) - clip_pawns(truth))
               for move, said in zip(parsed.moves, parsed.evals)
               if (truth := analysis.eval_of(move)) is not None]
     if errors:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import chess
 
 from rookworld import arbiter, text
-from rookworld.analysis import Analysis
+from rookworld.analysis import EVAL_CLIP_PAWNS, Analysis, clip_pawns
 from rookworld.errors import InvalidPromptError
 
 if TYPE_CHECKING:
@@ -50,7 +50,6 @@ OUTSIDE_TOP5_MAX = 0.1        # a legal move outside the top 5 with no eval loss
 OUTSIDE_TOP5_UNKNOWN = 0.05   # a legal move outside the top 5 whose eval is unknown (no engine)
 OUTSIDE_LOSS_PAWNS = 2.0      # outside credit falls linearly to 0 at this loss against the best move
 NO_MOVE = -1.0                # best_move credit for an illegal, unparseable or missing move
-EVAL_CLIP_PAWNS = 10.0        # mates (~±999.9) and won positions compare as ±10 pawns
 SIGN_ERROR_PAWNS = 1.0        # extra error when an eval has the wrong sign: the wrong side is better
 MISSING_EVAL_PAWNS = 2 * EVAL_CLIP_PAWNS + SIGN_ERROR_PAWNS  # the largest possible error
 EVAL_SCALE_PAWNS = 1.0        # evals credit = 1 / (1 + mae / scale): 0.5 at one pawn of mean error
@@ -72,10 +71,6 @@ def _combine(task: str, components: dict[str, float]) -> Score:
 
 def _format_credit(errors: Sequence[str]) -> float:
     return max(-1.0, 1.0 - FORMAT_ERROR_COST * len(errors))
-
-
-def _clip(pawns: float) -> float:
-    return min(EVAL_CLIP_PAWNS, max(-EVAL_CLIP_PAWNS, pawns))
 
 
 # ---------------------------------------------------------------- P
@@ -155,7 +150,7 @@ def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str
         return RANK_CREDIT[min(rank, len(RANK_CREDIT) - 1)]
     if best not in extra_evals or not analysis.evals:
         return OUTSIDE_TOP5_UNKNOWN
-    loss = max(0.0, _clip(max(analysis.evals)) - _clip(extra_evals[best]))
+    loss = max(0.0, clip_pawns(max(analysis.evals)) - clip_pawns(extra_evals[best]))
     return OUTSIDE_TOP5_MAX * max(0.0, 1.0 - loss / OUTSIDE_LOSS_PAWNS)
 
 
@@ -181,7 +176,7 @@ def _evals_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
             continue
         said = view.parsed.evals[i]
         wrong_sign = said * truth < 0
-        errors.append(abs(_clip(said) - _clip(truth)) + (SIGN_ERROR_PAWNS if wrong_sign else 0.0))
+        errors.append(abs(clip_pawns(said) - clip_pawns(truth)) + (SIGN_ERROR_PAWNS if wrong_sign else 0.0))
     if not errors:
         return 0.0
     return 1.0 / (1.0 + (sum(errors) / len(errors)) / EVAL_SCALE_PAWNS)
