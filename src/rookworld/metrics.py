@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
-from rookworld.data.record import Sample
 from rookworld.analysis import clip_pawns
+from rookworld.data.record import Sample
 from rookworld.rewards import Score, p_board
 
 FEN_FIELDS = 6
