@@ -151,6 +151,13 @@ def test_parse_p_completion_reports_what_is_malformed(completion, moves, evals, 
     assert (parsed.moves, parsed.evals, parsed.best, parsed.errors) == (moves, evals, best, errors)
 
 
+def test_an_unparseable_eval_does_not_shift_the_later_evals_onto_other_moves():
+    # evals[i] is the eval of moves[i]: after a bad token the later evals have no known slot, so they are dropped
+    parsed = text.parse_p_completion("M: e2e4 d2d4 g1f3 E: 0.3 +-0.2 0.1 B: e2e4")
+    assert (parsed.moves, parsed.evals) == (["e2e4", "d2d4", "g1f3"], [0.3])
+    assert parsed.errors == ["E: tokens that are not finite numbers: '+-0.2'"]
+
+
 def test_truncated_completions_keep_what_was_written():
     target = text.split_line(VAL_LINES[0])[2]
     full = text.parse_p_completion(target)

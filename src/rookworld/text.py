@@ -7,6 +7,7 @@ list of what was malformed, and the reward decides what that costs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -137,7 +138,8 @@ def parse_p_completion(completion: str) -> ParsedP:
     """Moves, evals and best move of a P completion (padding + M: E: B:); never raises.
 
     `moves` keeps the M: tokens as written, UCI-shaped or not (a malformed one stays in its slot, so
-    that moves[i] still pairs with evals[i]); `evals` keeps the tokens that are finite numbers.
+    that moves[i] still pairs with evals[i]); `evals` keeps the finite numbers up to the first token that
+    is not one: a list of floats has no gap for it, so the moves from there on have no eval.
     """
     parsed = ParsedP()
     ordered = list(_find_markers(completion).items())
@@ -167,7 +169,7 @@ def parse_p_completion(completion: str) -> ParsedP:
         if extra:
             parsed.errors.append(f"more than {MAX_CANDIDATES} evals")
         values = [_parse_eval(t) for t in tokens]
-        parsed.evals = [v for v in values if v is not None]
+        parsed.evals = list(itertools.takewhile(lambda v: v is not None, values))
         bad = [t for t, v in zip(tokens, values) if v is None]
         if bad:
             parsed.errors.append(f"E: tokens that are not finite numbers: {_quote(bad)}")
