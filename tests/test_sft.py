@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from rookworld.sft import (
     SFTConfig,
     balanced_subset,
     encode_samples,
-    learning_rate,
     main,
     packed_document,
     target_batch,
@@ -100,16 +98,6 @@ def test_packed_rows_put_eos_before_each_document_and_predict_every_token_once(c
     assert flat.count(eos) == len(docs)
     assert char_tokenizer.decode(flat[starts[0]:starts[1] + 1]) == \
         "<|endoftext|>" + texts[0][0] + texts[0][1] + "<|endoftext|>"
-
-
-def test_learning_rate_warms_up_then_decays_to_the_floor():
-    cfg = SFTConfig(lr=1e-3, warmup_steps=10, steps=110, min_lr_ratio=0.1)
-    assert learning_rate(0, cfg) == pytest.approx(1e-4)
-    assert learning_rate(9, cfg) == pytest.approx(1e-3)
-    assert learning_rate(60, cfg) == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 50 / 99)))
-    assert learning_rate(109, cfg) == pytest.approx(1e-4)
-    rates = [learning_rate(s, cfg) for s in range(10, 110)]
-    assert all(a >= b for a, b in zip(rates, rates[1:]))
 
 
 def test_fresh_a_samples_are_true_train_split_and_resumable(data_file):

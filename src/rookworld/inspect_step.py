@@ -14,14 +14,13 @@ from pathlib import Path
 
 import torch
 
-from rookworld import grpo
+from rookworld import grpo, training
 from rookworld.train import (
     Batch,
     Dist,
     TrainConfig,
     configs_from_args,
     load_data,
-    make_optimizer,
     policy_update,
     rollout,
 )
@@ -69,7 +68,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
         batch = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
         terms = per_sequence_terms(policy, reference, batch, gcfg, beta)
         policy.train()
-        update = policy_update(policy, reference, make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
+        update = policy_update(policy, reference, training.make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
                                max(limits.values()), d)
         policy.eval()
         after = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d, {})

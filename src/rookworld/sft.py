@@ -11,8 +11,8 @@ Two ways to turn samples into training rows (`--mode`):
   tokens, loss on every token (RookWorld pretraining; the next document's EOS ends each target).
 
 A samples cost only python-chess, so `--fresh-a F` replaces that share of the A samples drawn with
-freshly made ones (see `data.fresh.FreshASamples`). AdamW (weight decay on 2-D weights only), linear warm-up then
-cosine decay, gradient accumulation, held-out target loss and the evaluation metrics of
+freshly made ones (see `data.fresh.FreshASamples`). AdamW, warm-up then a decaying learning rate (both from
+training.py, shared with `rookworld train`), gradient accumulation, held-out target loss and the evaluation metrics of
 `evaluate.evaluate_model` on a fixed eval subset, atomic checkpoints with exact resume (`--resume OUT`
 continues OUT bit for bit on CPU), JSONL + TensorBoard logs and a progress bar.
 """
@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import os
 import platform
 import time
@@ -32,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rookworld import training
 from rookworld.errors import UserError
+from rookworld.training import shared
 
 if TYPE_CHECKING:
     import torch
@@ -55,7 +56,7 @@ TOKENIZER_TEXTS = 20_000  # training documents the chess tokenizer is trained on
 
 @dataclass
 class SFTConfig:
-    out: str = field(default="runs/sft", metadata={"help": "run directory: checkpoints, config and logs"})
+    out: str = shared("out", "runs/sft")
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local file or "
                                                      "directory, or a hub dataset id"})
     data_limit: int | None = field(default=None, metadata={"help": "use at most this many training samples"})
@@ -76,52 +77,45 @@ class SFTConfig:
                                                   "ones (python-chess only)"})
     batch_size: int = field(default=32, metadata={"help": "rows per micro-batch"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    steps: int = field(default=1000, metadata={"help": "optimizer steps in total"})
-    lr: float = field(default=2e-3, metadata={"help": "peak learning rate"})
-    min_lr_ratio: float = field(default=0.1, metadata={"help": "final learning rate as a fraction of --lr"})
-    warmup_steps: int = field(default=50, metadata={"help": "linear warm-up steps"})
-    weight_decay: float = field(default=0.1, metadata={"help": "AdamW weight decay of 2-D weights"})
-    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    beta2: float = field(default=0.99, metadata={"help": "AdamW beta2"})
-    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip; 0 turns it off"})
-    eval_every: int = field(default=250, metadata={"help": "steps between evaluations; 0: only at the end"})
+    steps: int = shared("steps", 1000)
+    lr: float = shared("lr", 2e-3)
+    lr_schedule: str = shared("lr_schedule", "cosine")
+    min_lr_ratio: float = shared("min_lr_ratio", 0.1)
+    warmup_steps: int = shared("warmup_steps", 50)
+    weight_decay: float = shared("weight_decay", 0.1)
+    beta1: float = shared("beta1", 0.9)
+    beta2: float = shared("beta2", 0.99)
+    grad_clip: float = shared("grad_clip", 1.0)
+    eval_every: int = shared("eval_every", 250)
     eval_samples: int = field(default=128, metadata={"help": "eval-split samples (half P, half A) generated "
                                                      "greedily for the metrics"})
     eval_loss_samples: int = field(default=256, metadata={"help": "eval-split samples of the held-out loss"})
     eval_batch_size: int = field(default=64, metadata={"help": "prompts per generation batch in evaluation"})
-    checkpoint_every: int = field(default=250, metadata={"help": "steps between checkpoints; 0: only at the end"})
-    keep_last: int = field(default=2, metadata={"help": "checkpoint-step-N directories to keep"})
+    checkpoint_every: int = shared("checkpoint_every", 250)
+    keep_last: int = shared("keep_last", 2)
     best_metric: str = field(default="eval/loss", metadata={"help": "eval metric that picks checkpoint-best"})
     export: str | None = field(default=None, metadata={"help": "also write the final model to this directory "
                                                        "(with its training record in rookworld.json)"})
     export_dtype: str = field(default="float32", metadata={"help": "weights of the export: float32 or float16"})
-    seed: int = field(default=0, metadata={"help": "seed of the initialization and the data order"})
-    device: str | None = field(default=None, metadata={"help": "torch device (default: cuda when available)"})
-    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch on cpu (default: the "
-                                                        "cores; 1 beside other busy jobs)"})
-    tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
+    seed: int = shared("seed", 0)
+    device: str | None = shared("device", None)
+    threads: int | None = shared("threads", None)
+    tensorboard: bool = shared("tensorboard", True)
 
     def __post_init__(self) -> None:
+        training.check_shared(self)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.init_from is None and self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.export_dtype not in ("float32", "float16"):
             raise ValueError(f"export_dtype must be float32 or float16, got {self.export_dtype!r}")
-        for name in ("batch_size", "grad_accum", "steps", "seq_len", "eval_samples", "eval_loss_samples",
-                     "eval_batch_size"):
+        for name in ("batch_size", "grad_accum", "seq_len", "eval_samples", "eval_loss_samples", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        for name in ("warmup_steps", "eval_every", "checkpoint_every", "keep_last"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("p_fraction", "fresh_a", "min_lr_ratio"):
+        for name in ("p_fraction", "fresh_a"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
 
     def model_shape(self) -> dict[str, int]:
         """The preset's sizes with the explicit ones put over them."""
@@ -267,26 +261,6 @@ def fitting(samples: Sequence[Sample], tokenizer: Tokenizer, context: int, what:
 # ---------------------------------------------------------------- optimization
 
 
-def learning_rate(step: int, cfg: SFTConfig) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine decay to `lr * min_lr_ratio` at the last step."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.steps - 1 - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    floor = cfg.lr * cfg.min_lr_ratio
-    return floor + (cfg.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def make_optimizer(model: GPT, cfg: SFTConfig) -> torch.optim.AdamW:
-    """AdamW; weight decay only on 2-D weights (matrices and embeddings), not on biases and norms."""
-    import torch
-
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
-
-
 def batch_nll(model: GPT, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Summed negative log-likelihood (B,) per row of the masked tokens of `rows` (B, T)."""
     from rookworld.model import token_logprobs
@@ -382,9 +356,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
 
     state: dict[str, Any] | None = None
     if resume:
-        found = checkpoint.latest(out)
-        if found is None:
-            raise UserError(f"--resume {out}: no complete checkpoint there; start a new run with --out {out}")
+        found = training.resume_checkpoint(out)
         state = checkpoint.load_state(found)
         model, tokenizer = load_model(found)
     elif cfg.init_from:
@@ -405,7 +377,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
 
     stream = TrainStream(train_samples, cfg.p_fraction, cfg.fresh_a, cfg.seed)
     packer = Packer(cfg.seq_len)
-    optimizer = make_optimizer(model, cfg)
+    optimizer = training.make_optimizer(model, cfg)
     step, elapsed_before, trained_tokens = 0, 0.0, 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
@@ -450,7 +422,8 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
                         metrics=metrics, keep_last=cfg.keep_last, best_metric=cfg.best_metric,
                         higher_is_better=not cfg.best_metric.startswith("eval/loss"))
 
-    logger = RunLogger(out, cfg, tensorboard=cfg.tensorboard, resume_step=step if resume else None)
+    logger = RunLogger(out, {"sft": dataclasses.asdict(cfg)}, tensorboard=cfg.tensorboard,
+                       resume_step=step if resume else None)
     progress = Progress(cfg.steps, start=step, description="sft",
                         fields={"loss": "loss", "eval/loss": "eval loss", "eval/A/exact": "A exact",
                                 "eval/P/best_move_legal": "P legal"})
@@ -458,9 +431,8 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     with logger, progress:
         while step < cfg.steps:
             t0 = time.perf_counter()
-            lr = learning_rate(step, cfg)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+            lr = cfg.lr * training.lr_factor(cfg, step)
+            training.set_lr(optimizer, lr)
             batches = [micro_batch() for _ in range(cfg.grad_accum)]
             loss_tokens = sum(int(mask.sum()) for _, mask in batches)
             total = 0.0
@@ -478,12 +450,12 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
                             "tokens/loss": loss_tokens,
                             "tokens/per_s": sum(rows.numel() for rows, _ in batches) / seconds}
             logger.log(step, step_metrics)
-            eval_now = step == cfg.steps or (cfg.eval_every and step % cfg.eval_every == 0)
+            eval_now = training.eval_due(cfg, step)
             if eval_now:
                 metrics = evaluate()
                 logger.log_eval(step, metrics)
                 log.info("step %d: %s", step, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
-            if step == cfg.steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            if training.checkpoint_due(cfg, step):
                 save_checkpoint(metrics if eval_now else {})
             progress.update(step, {**step_metrics, **metrics})
     if cfg.export:
@@ -505,32 +477,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.config import add_config_arguments
     from rookworld.flag_groups import ADVANCED, SFT
 
-    parser.usage = "%(prog)s [--config TOML] [--resume DIR] [flags: see the sections below]"
-    parser.add_argument("--config", help="TOML file of config fields (flags override it)")
-    parser.add_argument("--resume", metavar="OUT", help="continue the run in OUT from its latest checkpoint, "
-                        "with its saved config (flags given here override it, e.g. --steps)")
+    training.add_run_arguments(parser)
     add_config_arguments(parser, SFTConfig, SFT, ADVANCED)
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[SFTConfig, bool]:
-    """The run's config (defaults, then the TOML file or the resumed run's config, then flags) and
-    whether it resumes."""
-    from rookworld.config import build_config, load_toml
-    from rookworld.log import CONFIG_FILE
-
-    if args.resume and args.config:
-        raise UserError("--resume continues a run with its own saved config; leave out --config")
-    if args.resume:
-        if args.out not in (None, args.resume):
-            raise UserError(f"--resume {args.resume} writes to that run directory; leave out --out {args.out}")
-        saved = Path(args.resume) / CONFIG_FILE
-        if not saved.is_file():
-            raise UserError(f"--resume {args.resume}: no {CONFIG_FILE} there; is it a `rookworld sft` run directory?")
-        values = json.loads(saved.read_text(encoding="utf-8"))
-        values["out"] = args.resume
-        return build_config(SFTConfig, args, values), True
-    values = load_toml(args.config) if args.config else None
-    return build_config(SFTConfig, args, values), False
+    """The run's config (see training.run_configs) and whether it resumes."""
+    return training.run_configs(args, {"sft": SFTConfig})["sft"], bool(args.resume)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from rookworld import checkpoint, grpo
+from rookworld import checkpoint, grpo, training
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
 from rookworld.generation import Generation, SamplingSettings, generate_groups
+from rookworld.training import shared
 
-LR_SCHEDULES = ("constant", "linear", "cosine")
 ZERO_STD_MODES = ("keep", "drop", "resample")
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
@@ -42,9 +42,9 @@ class TrainConfig:
     model: str | None = field(default=None, metadata={"help": "policy checkpoint: a directory or hub id "
                                                       "(default: the embedded model)"})
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
-    out: str = field(default="runs/grpo", metadata={"help": "run directory (metrics, checkpoints, plots)"})
-    steps: int = field(default=100, metadata={"help": "optimizer steps of the run"})
-    seed: int = field(default=0, metadata={"help": "seed of every random stream of the run"})
+    out: str = shared("out", "runs/grpo")
+    steps: int = shared("steps", 100)
+    seed: int = shared("seed", 0)
     batch_size: int = field(default=16, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
@@ -60,31 +60,33 @@ class TrainConfig:
                                                                  "longest P target + margin)"})
     max_new_tokens_a: int | None = field(default=None, metadata={"help": "A completion limit (default: the "
                                                                  "longest A target + margin)"})
-    lr: float = field(default=3e-5, metadata={"help": "peak learning rate (AdamW)"})
-    lr_schedule: str = field(default="constant", metadata={"help": "constant, linear or cosine decay after warm-up"})
-    warmup_steps: int = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (2-D weights only)"})
-    grad_clip: float = field(default=1.0, metadata={"help": "gradient norm clip (0: off)"})
+    lr: float = shared("lr", 3e-5)
+    lr_schedule: str = shared("lr_schedule", "constant")
+    min_lr_ratio: float = shared("min_lr_ratio", 0.0)
+    warmup_steps: int = shared("warmup_steps", 0)
+    weight_decay: float = shared("weight_decay", 0.0)
+    beta1: float = shared("beta1", 0.9)
+    beta2: float = shared("beta2", 0.99)
+    grad_clip: float = shared("grad_clip", 1.0)
     zero_std: str = field(default="resample", metadata={"help": "groups whose G rewards are equal: keep, drop "
                                                     "(out of the loss) or resample (replace with new prompts)"})
     resample_rounds: int = field(default=2, metadata={"help": "zero_std=resample: extra rollout rounds at most"})
-    kl_max: float | None = field(default=1.0, metadata={"help": "roll back to the last good state when the "
-                                                        "step's mean KL exceeds this"})
-    reward_drop: float | None = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward "
-                                                             "falls this far below its best"})
+    kl_max: float = field(default=1.0, metadata={"help": "roll back to the last good state when the step's "
+                                                 "mean KL exceeds this (0: off)"})
+    reward_drop: float = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward falls this "
+                                                      "far below its best (0: off)"})
     lr_backoff: float = field(default=0.5, metadata={"help": "learning-rate factor applied at each rollback"})
     max_rollbacks: int = field(default=3, metadata={"help": "stop (with a valid checkpoint) after this many"})
-    eval_every: int = field(default=25, metadata={"help": "held-out evaluation every N steps (0: off)"})
+    eval_every: int = shared("eval_every", 25)
     eval_limit: int = field(default=400, metadata={"help": "eval samples (first N of the eval split)"})
     eval_draws: int = field(default=4, metadata={"help": "besides greedy, draw N completions per eval prompt at "
                                                  "eval_temperature (eval/sampled/...; 0: greedy only)"})
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the sampled eval"})
-    checkpoint_every: int = field(default=25, metadata={"help": "checkpoint every N steps (and at the end)"})
-    keep_last: int = field(default=2, metadata={"help": "step checkpoints kept besides checkpoint-last"})
+    checkpoint_every: int = shared("checkpoint_every", 25)
+    keep_last: int = shared("keep_last", 2)
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
-    device: str | None = field(default=None, metadata={"help": "policy device (default: cuda when available)"})
-    threads: int | None = field(default=None, metadata={"help": "CPU threads for torch (default: the cores, "
-                                                        "shared among torchrun ranks; 1 beside other busy jobs)"})
+    device: str | None = shared("device", None)
+    threads: int | None = shared("threads", None)
     ref_device: str | None = field(default=None, metadata={"help": "reference model device (default: the "
                                                            "policy's)"})
     processes: int | None = field(default=None, metadata={"help": "Stockfish processes for moves outside the "
@@ -92,22 +94,20 @@ class TrainConfig:
     engine_rewards: bool = field(default=True, metadata={"help": "score P moves outside the stored analysis with "
                                                          "Stockfish (false: a flat small credit, no engine time)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
-    tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard scalars"})
+    tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
 
     def __post_init__(self) -> None:
+        training.check_shared(self)
         checks = [
-            (self.steps >= 1, f"steps must be >= 1, got {self.steps}"),
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.group_size >= 2, f"group_size must be >= 2: a group baseline needs two completions, "
                                    f"got {self.group_size}"),
             (self.rollout_chunk >= 1 and self.micro_batch_size >= 1, "rollout_chunk and micro_batch_size >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
-            (self.lr > 0, f"lr must be > 0, got {self.lr}"),
-            (self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
-            (self.eval_every >= 0 and self.checkpoint_every >= 1, "eval_every >= 0 and checkpoint_every >= 1"),
+            (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
         ]
@@ -275,29 +275,9 @@ class Batch:
                    self.completion_mask[rows, :used], self.finished[rows], self.advantages[rows])
 
 
-def lr_factor(cfg: TrainConfig, step: int) -> float:
-    """Warm-up then constant / linear / cosine decay to 0 at cfg.steps."""
-    if step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
-    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-    if cfg.lr_schedule == "linear":
-        return 1.0 - progress
-    if cfg.lr_schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return 1.0
-
-
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
     """The learning rate of the step about to be taken: schedule times the rollback back-off."""
-    for group in optimizer.param_groups:
-        group["lr"] = cfg.lr * state.lr_scale * lr_factor(cfg, state.step)
-
-
-def make_optimizer(policy, cfg: TrainConfig) -> torch.optim.AdamW:
-    decay = [p for p in policy.parameters() if p.dim() >= 2]
-    no_decay = [p for p in policy.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
+    training.set_lr(optimizer, cfg.lr * state.lr_scale * training.lr_factor(cfg, state.step))
 
 
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
@@ -412,10 +392,10 @@ def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaControll
 
 def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState) -> str | None:
     kl = metrics.get("kl/mean")
-    if cfg.kl_max is not None and kl is not None and kl > cfg.kl_max:
+    if cfg.kl_max and kl is not None and kl > cfg.kl_max:
         return f"KL {kl:.4f} above kl_max {cfg.kl_max}"
     history = state.reward_history
-    if cfg.reward_drop is not None and len(history) >= 10:
+    if cfg.reward_drop and len(history) >= 10:
         recent = sum(history[-5:]) / 5
         best = max(sum(history[i - 5:i]) / 5 for i in range(5, len(history) + 1))
         if recent < best - cfg.reward_drop:
@@ -483,9 +463,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
     out = Path(cfg.out)
     resume_dir = None
     if resume is not None:
-        resume_dir = checkpoint.latest(resume)
-        if resume_dir is None:
-            raise UserError(f"--resume {resume}: no checkpoint found there (expected {resume}/checkpoint-last)")
+        resume_dir = training.resume_checkpoint(resume)
         out = Path(resume)
     model_source = str(resume_dir or cfg.model or resolve_default_model())
     policy, tokenizer = load_model(model_source, device=device)
@@ -504,7 +482,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
     limits = {"P": cfg.max_new_tokens_p or limits.get("P", 1), "A": cfg.max_new_tokens_a or limits.get("A", 1)}
     max_completion = max(limits.values())
     sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
-    optimizer = make_optimizer(policy, cfg)
+    optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     state = RunState()
     if resume_dir is not None:
@@ -603,9 +581,9 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
             logger.log(state.step, metrics)
             logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
                                              "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])
-            if cfg.eval_every and eval_samples and state.step % cfg.eval_every == 0:
+            if eval_samples and training.eval_due(cfg, state.step):
                 last_eval = held_out(state.step, pool)
-            if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
+            if training.checkpoint_due(cfg, state.step):
                 save_checkpoint({**metrics, **last_eval})
                 good = snapshot(policy, optimizer, beta_ctl)
             progress.update(state.step, metrics)
@@ -619,27 +597,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.config import add_config_arguments
     from rookworld.flag_groups import ADVANCED, TRAIN
 
-    parser.usage = "%(prog)s [--config TOML] [--resume DIR] [flags: see the sections below]"
-    parser.add_argument("--config", help="TOML file: top-level keys set TrainConfig fields, a [grpo] table "
-                        "GRPOConfig fields; flags override it")
-    parser.add_argument("--resume", help="continue the run in this directory from its latest checkpoint")
+    training.add_run_arguments(parser, tables=", a [grpo] table the GRPO loss and KL fields")
     add_config_arguments(parser, TrainConfig, TRAIN, ADVANCED)
     add_config_arguments(parser, grpo.GRPOConfig, TRAIN, ADVANCED)
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, grpo.GRPOConfig]:
-    from rookworld.config import build_config, load_toml
-
-    values = load_toml(args.config) if args.config else {}
-    grpo_values = values.pop("grpo", {})
-    if args.resume and not args.config:
-        saved = Path(args.resume) / "config.json"
-        if saved.is_file():
-            import json
-
-            stored = json.loads(saved.read_text(encoding="utf-8"))
-            values, grpo_values = stored.get("train", {}), stored.get("grpo", {})
-    return build_config(TrainConfig, args, values), build_config(grpo.GRPOConfig, args, grpo_values)
+    configs = training.run_configs(args, {"train": TrainConfig, "grpo": grpo.GRPOConfig})
+    return configs["train"], configs["grpo"]
 
 
 def run(args: argparse.Namespace) -> int:

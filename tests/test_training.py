@@ -1,0 +1,125 @@
+"""What `rookworld sft` and `rookworld train` share (training.py): flags, AdamW, the schedule, run configs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from rookworld import cli, grpo, training
+from rookworld.errors import UserError
+from rookworld.sft import SFTConfig
+from rookworld.train import RunState, TrainConfig, runaway_reason
+
+
+@pytest.mark.parametrize("config_cls", [SFTConfig, TrainConfig])
+def test_lr_schedules(config_cls):
+    cfg = config_cls(steps=10, warmup_steps=2, lr_schedule="cosine", min_lr_ratio=0.0)
+    factors = [training.lr_factor(cfg, s) for s in range(11)]
+    assert factors[:3] == [0.5, 1.0, 1.0] and factors[10] == pytest.approx(0.0)
+    assert factors[6] == pytest.approx(0.5)  # half way through the decay
+    assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
+    floor = dataclasses.replace(cfg, min_lr_ratio=0.1)
+    assert training.lr_factor(floor, 10) == pytest.approx(0.1)
+    assert training.lr_factor(floor, 5) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))
+    linear = dataclasses.replace(cfg, lr_schedule="linear")
+    assert training.lr_factor(linear, 6) == pytest.approx(0.5)
+    assert training.lr_factor(dataclasses.replace(cfg, lr_schedule="constant", min_lr_ratio=0.5), 9) == 1.0
+
+
+def test_shared_flags_mean_the_same_in_both_commands():
+    sft = {f.name: f for f in dataclasses.fields(SFTConfig)}
+    grpo_run = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    for name, help_text in training.SHARED_HELP.items():
+        assert sft[name].metadata["help"] == grpo_run[name].metadata["help"] == help_text
+    for cfg in (SFTConfig(steps=10, eval_every=0, checkpoint_every=0), TrainConfig(steps=10, eval_every=0,
+                                                                                  checkpoint_every=0)):
+        assert not any(training.eval_due(cfg, s) for s in range(1, 11))  # 0: off
+        assert [s for s in range(1, 11) if training.checkpoint_due(cfg, s)] == [10]  # 0: only at the end
+    cfg = TrainConfig(steps=10, eval_every=4, checkpoint_every=3)
+    assert [s for s in range(1, 11) if training.eval_due(cfg, s)] == [4, 8, 10]
+    assert [s for s in range(1, 11) if training.checkpoint_due(cfg, s)] == [3, 6, 9, 10]
+    for config_cls in (SFTConfig, TrainConfig):
+        for bad in ({"lr": 0}, {"lr_schedule": "step"}, {"min_lr_ratio": 1.5}, {"eval_every": -1},
+                    {"beta2": 1.0}, {"threads": 0}):
+            with pytest.raises(ValueError):
+                config_cls(**bad)
+
+
+def test_optimizer_decays_only_matrices_with_the_configured_betas():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    opt = training.make_optimizer(model, SFTConfig(weight_decay=0.3, beta1=0.8, beta2=0.95))
+    decayed, plain = opt.param_groups
+    assert [p.shape for p in decayed["params"]] == [(4, 3)] and decayed["weight_decay"] == 0.3
+    assert len(plain["params"]) == 3 and plain["weight_decay"] == 0.0
+    assert decayed["betas"] == (0.8, 0.95)
+
+
+def test_guards_turn_off_with_zero_from_flags_and_toml(tmp_path):
+    history = [1.0] * 10 + [0.0] * 5
+    on = TrainConfig(kl_max=0.1, reward_drop=0.5)
+    assert "KL" in runaway_reason(on, {"kl/mean": 5.0}, RunState())
+    assert "collapse" in runaway_reason(on, {}, RunState(reward_history=history))
+    off = TrainConfig(kl_max=0, reward_drop=0)
+    assert runaway_reason(off, {"kl/mean": 5.0}, RunState(reward_history=history)) is None
+    parser = argparse.ArgumentParser()
+    from rookworld.train import add_arguments, configs_from_args
+
+    add_arguments(parser)
+    toml = tmp_path / "run.toml"
+    toml.write_text("kl_max = 0\nreward_drop = 0\n[grpo]\nbeta = 0.05\n")
+    cfg, gcfg = configs_from_args(parser.parse_args(["--config", str(toml)]))
+    assert (cfg.kl_max, cfg.reward_drop, gcfg.beta) == (0, 0, 0.05)
+    cfg, _ = configs_from_args(parser.parse_args(["--kl-max", "0"]))
+    assert cfg.kl_max == 0 and cfg.reward_drop == 0.5
+
+
+def _parse(command: str, argv: list[str]) -> argparse.Namespace:
+    from rookworld import sft, train
+
+    parser = argparse.ArgumentParser()
+    (sft if command == "sft" else train).add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize("command,classes", [("sft", {"sft": SFTConfig}),
+                                             ("train", {"train": TrainConfig, "grpo": grpo.GRPOConfig})])
+def test_resume_rules_are_the_same_in_both_commands(command, classes, tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(UserError, match="no config.json"):
+        training.run_configs(_parse(command, ["--resume", str(run)]), classes)
+    first = next(iter(classes))
+    saved = {name: dataclasses.asdict(cls()) for name, cls in classes.items()}
+    saved[first].update(steps=20, lr_schedule="cosine", out="elsewhere")
+    (run / "config.json").write_text(json.dumps(saved))
+    toml = tmp_path / "c.toml"
+    toml.write_text("steps = 5\n")
+    with pytest.raises(UserError, match="leave out --config"):
+        training.run_configs(_parse(command, ["--resume", str(run), "--config", str(toml)]), classes)
+    with pytest.raises(UserError, match="leave out --out"):
+        training.run_configs(_parse(command, ["--resume", str(run), "--out", str(tmp_path / "x")]), classes)
+    configs = training.run_configs(_parse(command, ["--resume", str(run), "--lr", "0.5"]), classes)
+    cfg = configs[first]
+    assert (cfg.out, cfg.steps, cfg.lr, cfg.lr_schedule) == (str(run), 20, 0.5, "cosine")  # saved, flag over it
+    assert "stretched" not in capsys.readouterr().err
+    training.run_configs(_parse(command, ["--resume", str(run), "--steps", "40"]), classes)
+    assert "stretched to end at step 40" in capsys.readouterr().err  # never silently
+    other = "train" if command == "sft" else "sft"
+    (run / "config.json").write_text(json.dumps({other: {}}))
+    with pytest.raises(UserError, match=f"no '{first}' table"):
+        training.run_configs(_parse(command, ["--resume", str(run)]), classes)
+
+
+def test_resume_without_checkpoint_is_one_clear_line(tmp_path, capsys):
+    for command in ("sft", "train"):
+        run = tmp_path / command
+        run.mkdir()
+        table = {"sft": {"out": str(run)}} if command == "sft" else {"train": {"out": str(run)}, "grpo": {}}
+        (run / "config.json").write_text(json.dumps(table))
+        assert cli.main([command, "--resume", str(run)]) == 2
+        assert "no complete checkpoint there" in capsys.readouterr().err
