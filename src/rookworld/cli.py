@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("rookworld.sft", "supervised training from scratch or from a checkpoint (packed or target-only loss)"),
     "train": ("rookworld.train", "GRPO fine-tuning (default: the embedded model and dataset)"),
     "inspect": ("rookworld.inspect_step", "one GRPO step told in full: completions, rewards, loss parts"),
+    "play": ("rookworld.play", "games of a model against a random mover or Stockfish: score, ACPL, JSON + PGN"),
 }
 
 

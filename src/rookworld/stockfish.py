@@ -321,6 +321,54 @@ class StockfishPool:
         self._cache.close()
 
 
+PLAY_LIMIT = Limit(depth=10)  # an opponent's move in `rookworld play`
+MAX_SKILL = 20  # UCI "Skill Level" 20 is full strength
+
+
+class SkillEngine:
+    """One Stockfish process playing moves at UCI "Skill Level" `skill` (0..20) within `limit`.
+
+    Every move starts from a cleared engine, as in the pool. Below level 20 Stockfish picks among its
+    top moves with a random generator that it seeds from the clock, so those games do not repeat."""
+
+    def __init__(self, skill: int, limit: Limit = PLAY_LIMIT, binary: str | None = None,
+                 timeout: float = 30.0) -> None:
+        if not 0 <= skill <= MAX_SKILL:
+            raise UserError(f"--skill {skill}: Stockfish's skill level is 0..{MAX_SKILL}")
+        self.skill, self.limit = skill, limit
+        self._engine = _Engine(find_stockfish(binary), timeout)
+        self._engine.engine.configure({"Skill Level": skill})
+
+    @property
+    def name(self) -> str:
+        return f"Stockfish skill {self.skill}"
+
+    def __enter__(self) -> SkillEngine:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def play(self, board: chess.Board) -> chess.Move:
+        """Stockfish's move on `board` (which has a legal move); an engine that dies, or outlives the
+        timeout and is killed, is a StockfishError."""
+        watchdog = threading.Timer(self._engine.timeout, self._engine.close)
+        watchdog.start()
+        try:
+            move = self._engine.engine.play(board, self.limit.for_engine(), game=object()).move
+        except (chess.engine.EngineError, CancelledError) as error:
+            raise StockfishError(f"Stockfish failed to play in {board.fen()!r} (timeout "
+                                 f"{self._engine.timeout} s): {error!r}") from None
+        finally:
+            watchdog.cancel()
+        if move is None:
+            raise StockfishError(f"Stockfish returned no move in {board.fen()!r}")
+        return move
+
+    def close(self) -> None:
+        self._engine.close()
+
+
 @contextmanager
 def _progress_bar(enabled: bool, total: int) -> Iterator[Callable[[], None]]:
     """`with _progress_bar(...) as advance: advance()`: a rich progress bar when asked for, else nothing."""

@@ -1,0 +1,216 @@
+"""`rookworld play --opponent random|stockfish [--skill N] [--games N] [--out FILE.json] [--pgn FILE]`
+
+Games of a model (its greedy `B:` move, see player.py) against a seeded random mover or Stockfish at
+a skill level. The model is white in the even games. All games advance in lockstep, so each ply is one
+batched generation for every game where the model is to move.
+
+Games end by python-chess's rules; threefold repetition and the fifty-move rule end them as soon as
+they hold (the draw is claimed), and a game still running after --max-plies is adjudicated a draw.
+The model's moves are then judged by Stockfish at the P labels' limit (quality.py): `acpl` is their
+mean loss in pawns, an illegal or missing move counting as the cap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import chess
+
+from rookworld.errors import UserError
+
+OPPONENTS = ("random", "stockfish")
+PLY_LIMIT = "ply limit adjudication"
+POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
+    parser.add_argument("--opponent", required=True, help="random (uniform legal moves) or stockfish")
+    parser.add_argument("--skill", type=int, default=None,
+                        help="Stockfish's UCI Skill Level, 0..20 (default: 0; only with --opponent stockfish)")
+    parser.add_argument("--depth", type=int, default=None,
+                        help="Stockfish's search depth per move (default: 10; only with --opponent stockfish)")
+    parser.add_argument("--games", type=int, default=10, help="games to play (default: 10)")
+    parser.add_argument("--max-plies", type=int, default=200,
+                        help="plies after which a running game is adjudicated a draw (default: 200)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random mover and of the model's fallback moves (default: 0)")
+    parser.add_argument("--pgn", help="write the games to this PGN file")
+    parser.add_argument("--out", help="write the results to this JSON file")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads and Stockfish processes for judging (default: every core)")
+
+
+class RandomMover:
+    """Uniformly random legal moves from a seeded stream."""
+
+    name = "random"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(f"{seed}/opponent")
+
+    def play(self, board: chess.Board) -> chess.Move:
+        return self.rng.choice(list(board.legal_moves))
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Game:
+    """One game in progress; `model_moves` holds (FEN, UCI or None when illegal or missing) per model move."""
+
+    index: int
+    model_color: chess.Color
+    board: chess.Board = field(default_factory=chess.Board)
+    model_moves: list[tuple[str, str | None]] = field(default_factory=list)
+    outcome: chess.Outcome | None = None
+    termination: str | None = None
+
+    def model_to_move(self) -> bool:
+        return self.board.turn == self.model_color
+
+    def push(self, move: chess.Move) -> None:
+        self.board.push(move)
+        self.outcome = ended(self.board)
+        if self.outcome is not None:
+            self.termination = self.outcome.termination.name.lower().replace("_", " ")
+
+    def adjudicate(self) -> None:
+        """A game past the ply limit is a draw."""
+        self.outcome, self.termination = chess.Outcome(chess.Termination.VARIANT_DRAW, None), PLY_LIMIT
+
+    @property
+    def model_result(self) -> str:
+        winner = self.outcome.winner
+        return "draw" if winner is None else "win" if winner == self.model_color else "loss"
+
+
+def ended(board: chess.Board) -> chess.Outcome | None:
+    """The automatic game ends, plus threefold repetition and the fifty-move rule claimed at once (python-chess's
+    own claim_draw also ends a game when a move *could* repeat the position thrice, which no one claimed)."""
+    outcome = board.outcome(claim_draw=False)
+    if outcome is None and board.is_repetition(3):
+        outcome = chess.Outcome(chess.Termination.THREEFOLD_REPETITION, None)
+    if outcome is None and board.is_fifty_moves():
+        outcome = chess.Outcome(chess.Termination.FIFTY_MOVES, None)
+    return outcome
+
+
+def play_games(player, opponent, games: int, max_plies: int, progress=None) -> list[Game]:
+    """`games` games in lockstep, one ply of every running game per round."""
+    played = [Game(i, chess.WHITE if i % 2 == 0 else chess.BLACK) for i in range(games)]
+    for ply in range(1, max_plies + 1):
+        running = [g for g in played if g.outcome is None]
+        if not running:
+            break
+        model_turn = [g for g in running if g.model_to_move()]
+        opponent_turn = [g for g in running if not g.model_to_move()]
+        for game, choice in zip(model_turn, player.choose([g.board for g in model_turn])):
+            game.model_moves.append((game.board.fen(), choice.move.uci() if choice.own else None))
+            game.push(choice.move)
+        for game in opponent_turn:
+            game.push(opponent.play(game.board))
+        if progress is not None:
+            progress.update(ply, {"running": sum(g.outcome is None for g in played)})
+    for game in played:
+        if game.outcome is None:
+            game.adjudicate()
+    return played
+
+
+def summary(played: list[Game], losses: list[float]) -> dict:
+    """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order."""
+    per_game, at = [], 0
+    for game in played:
+        mine = losses[at:at + len(game.model_moves)]
+        at += len(mine)
+        per_game.append({
+            "index": game.index, "model_color": "white" if game.model_color == chess.WHITE else "black",
+            "result": game.outcome.result(), "model_result": game.model_result, "termination": game.termination,
+            "plies": game.board.ply(), "model_moves": len(mine),
+            "illegal_moves": sum(uci is None for _, uci in game.model_moves),
+            "acpl": sum(mine) / len(mine) if mine else None,
+            "moves": [move.uci() for move in game.board.move_stack]})
+    counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
+    moves = sum(g["model_moves"] for g in per_game)
+    illegal = sum(g["illegal_moves"] for g in per_game)
+    return {"games": len(played), "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
+            "score": sum(POINTS[kind] * n for kind, n in counts.items()) / len(played),
+            "acpl": sum(losses) / len(losses) if losses else None,
+            "illegal_rate": illegal / moves if moves else 0.0,
+            "plies": sum(g["plies"] for g in per_game), "model_moves": moves, "illegal_moves": illegal,
+            "per_game": per_game}
+
+
+def write_pgn(path: str, played: list[Game], model_name: str, opponent_name: str) -> None:
+    import chess.pgn
+
+    date = time.strftime("%Y.%m.%d")
+    with open(path, "w", encoding="utf-8") as handle:
+        for game in played:
+            names = (model_name, opponent_name) if game.model_color == chess.WHITE else (opponent_name, model_name)
+            pgn = chess.pgn.Game.from_board(game.board)
+            pgn.headers.update(Event="rookworld play", Site="?", Date=date, Round=str(game.index + 1),
+                               White=names[0], Black=names[1], Result=game.outcome.result(),
+                               Termination=game.termination)
+            print(pgn, file=handle, end="\n\n")
+
+
+def _opponent(args: argparse.Namespace):
+    """The opponent the flags ask for; checks them before the model is loaded."""
+    if args.opponent not in OPPONENTS:
+        raise UserError(f"--opponent {args.opponent}: unknown; use one of {', '.join(OPPONENTS)}")
+    if args.opponent == "random":
+        if args.skill is not None or args.depth is not None:
+            raise UserError("--skill and --depth set Stockfish; use them with --opponent stockfish")
+        return RandomMover(args.seed)
+    from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
+
+    if args.depth is not None and args.depth < 1:
+        raise UserError(f"--depth {args.depth}: Stockfish's search depth must be >= 1")
+    return SkillEngine(0 if args.skill is None else args.skill,
+                       PLAY_LIMIT if args.depth is None else Limit(depth=args.depth))
+
+
+def run(args: argparse.Namespace) -> int:
+    from rookworld.log import Progress
+    from rookworld.player import ModelPlayer
+    from rookworld.quality import judge_moves
+    from rookworld.stockfish import LABEL_LIMIT, StockfishPool
+
+    for flag, value in (("--games", args.games), ("--max-plies", args.max_plies), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: must be >= 1")
+    started = time.perf_counter()
+    opponent = _opponent(args)
+    try:
+        player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
+        with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
+            played = play_games(player, opponent, args.games, args.max_plies, progress)
+    finally:
+        opponent.close()
+    play_s = time.perf_counter() - started
+    moves = [move for game in played for move in game.model_moves]
+    print(f"judging the model's {len(moves)} moves with Stockfish at {LABEL_LIMIT.key()}", flush=True)
+    with StockfishPool(processes=args.threads) as pool:
+        losses = [quality.loss for quality in judge_moves(pool, moves)]
+    model_name = args.model or "rookworld embedded model"
+    engine = opponent if args.opponent == "stockfish" else None
+    results = {"settings": {"model": model_name, "opponent": args.opponent, "skill": engine and engine.skill,
+                            "depth": engine and engine.limit.depth, "seed": args.seed, "max_plies": args.max_plies,
+                            "judge_limit": LABEL_LIMIT.key()},
+               **summary(played, losses), "play_s": play_s, "wall_s": time.perf_counter() - started}
+    print(f"{model_name} vs {opponent.name}: {results['games']} games, +{results['wins']} ={results['draws']} "
+          f"-{results['losses']}, score {results['score']:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
+          f"{results['illegal_rate']:.3f}, {results['plies']} plies in {results['wall_s']:.0f} s")
+    if args.pgn:
+        write_pgn(args.pgn, played, model_name, opponent.name)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0

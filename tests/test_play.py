@@ -1,0 +1,150 @@
+"""`rookworld play`: the model's move choice and its fallback, game ends, and real games of the embedded
+model against the random mover and Stockfish (JSON totals, PGN, seeds, flag errors)."""
+
+import json
+import random
+
+import chess
+import chess.pgn
+import pytest
+
+from rookworld.cli import main
+from rookworld.play import PLY_LIMIT, POINTS, RandomMover, ended, play_games, summary
+from rookworld.player import ModelPlayer, choose_move
+from rookworld.tokenizer import Tokenizer
+
+COMPLETION = "{pad}M: g1f3 e2e4      E: 0.3 0.2                B: {best}"
+
+
+def test_choose_move_takes_a_legal_best_move_and_replaces_any_other():
+    board = chess.Board()
+    own = choose_move(board, COMPLETION.format(pad=" " * 30, best="g1f3"), random.Random(0))
+    assert own.own and own.move == chess.Move.from_uci("g1f3")
+    for completion in (COMPLETION.format(pad="", best="e2e5"), COMPLETION.format(pad="", best="0000"),
+                       "M: e2e4 E: 0.1", "garbage", ""):
+        first = choose_move(board, completion, random.Random(7))
+        assert not first.own and first.move in board.legal_moves and first.completion == completion
+        assert choose_move(board, completion, random.Random(7)).move == first.move  # seeded
+    moves = {choose_move(board, "", random.Random(seed)).move for seed in range(40)}
+    assert len(moves) > 5  # drawn among the legal moves, not one fixed move
+
+
+def test_ended_claims_threefold_and_fifty_moves_and_follows_the_rules():
+    board = chess.Board()
+    for uci in ["g1f3", "g8f6", "f3g1", "f6g8"] * 2:
+        assert ended(board) is None
+        board.push_uci(uci)
+    assert ended(board).termination == chess.Termination.THREEFOLD_REPETITION
+    fifty = chess.Board("4k3/8/8/8/8/8/8/R3K3 w - - 99 80")
+    fifty.push_uci("a1a2")
+    assert ended(fifty).termination == chess.Termination.FIFTY_MOVES and ended(fifty).winner is None
+    mate = chess.Board("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30")
+    mate.push_uci("a1a8")
+    assert ended(mate).termination == chess.Termination.CHECKMATE and ended(mate).winner == chess.WHITE
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as `--threads 1` gives the commands: on a shared machine more threads spin."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_model_that_writes_garbage_has_every_move_replaced_and_counted(tiny_gpt, one_thread):
+    tokenizer = Tokenizer.train_chess(["P: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
+    player = ModelPlayer(tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=96), tokenizer, seed=3)
+    played = play_games(player, RandomMover(3), games=2, max_plies=10)
+    assert [g.model_color for g in played] == [chess.WHITE, chess.BLACK]
+    assert [len(g.model_moves) for g in played] == [5, 5]
+    assert all(uci is None for g in played for _, uci in g.model_moves)
+    assert all(g.termination == PLY_LIMIT and g.model_result == "draw" for g in played)
+    totals = summary(played, [10.0] * 10)
+    assert totals["illegal_rate"] == 1.0 and totals["illegal_moves"] == 10 and totals["acpl"] == 10.0
+    again = play_games(ModelPlayer(player.model, tokenizer, seed=3), RandomMover(3), games=2, max_plies=10)
+    assert [g.board.move_stack for g in again] == [g.board.move_stack for g in played]
+
+
+def _play(tmp_path, name, *flags):
+    out, pgn = tmp_path / f"{name}.json", tmp_path / f"{name}.pgn"
+    assert main(["play", *flags, "--threads", "1", "--out", str(out), "--pgn", str(pgn)]) == 0
+    return json.loads(out.read_text()), pgn
+
+
+def _check_consistent(results, max_plies):
+    games = results["per_game"]
+    assert results["wins"] + results["draws"] + results["losses"] == results["games"] == len(games)
+    assert results["score"] == pytest.approx(
+        (results["wins"] + 0.5 * results["draws"]) / results["games"])
+    assert results["score"] == pytest.approx(sum(POINTS[g["model_result"]] for g in games) / len(games))
+    assert 0.0 <= results["illegal_rate"] <= 1.0
+    assert results["illegal_rate"] == results["illegal_moves"] / results["model_moves"]
+    assert 0.0 <= results["acpl"] <= 10.0
+    assert results["plies"] == sum(g["plies"] for g in games) == sum(len(g["moves"]) for g in games)
+    for game in games:
+        assert game["model_color"] == ("white" if game["index"] % 2 == 0 else "black")
+        assert game["model_moves"] == (game["plies"] + (game["model_color"] == "white")) // 2
+        assert game["plies"] <= max_plies
+        if game["termination"] == PLY_LIMIT:
+            assert game["plies"] == max_plies and game["result"] == "1/2-1/2"
+
+
+def _check_pgn(path, results, opponent):
+    with open(path, encoding="utf-8") as handle:
+        games = [chess.pgn.read_game(handle) for _ in range(results["games"] + 1)]
+    assert games[-1] is None  # exactly one PGN game per game played
+    for pgn, game in zip(games, results["per_game"]):
+        names = [results["settings"]["model"], opponent]
+        assert [pgn.headers["White"], pgn.headers["Black"]] == (names if game["model_color"] == "white" else
+                                                                names[::-1])
+        assert pgn.headers["Result"] == game["result"] and pgn.headers["Termination"] == game["termination"]
+        assert not pgn.errors
+        board = pgn.board()
+        for move in pgn.mainline_moves():
+            assert board.is_legal(move)
+            board.push(move)
+        assert [m.uci() for m in board.move_stack] == game["moves"]
+
+
+@pytest.mark.stockfish
+def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
+    flags = ["--opponent", "random", "--games", "2", "--max-plies", "8"]
+    results, pgn = _play(tmp_path, "a", *flags, "--seed", "5")
+    _check_consistent(results, 8)
+    _check_pgn(pgn, results, "random")
+    assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
+                                   "depth": None, "seed": 5, "max_plies": 8, "judge_limit": "depth=10"}
+    again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
+    for timing in ("play_s", "wall_s"):
+        del results[timing], again[timing]
+    assert again == results
+    assert again_pgn.read_text() == pgn.read_text()
+    other, _ = _play(tmp_path, "c", *flags, "--seed", "6")
+    assert [g["moves"] for g in other["per_game"]] != [g["moves"] for g in results["per_game"]]
+
+
+@pytest.mark.stockfish
+def test_games_against_stockfish_skill_0(tmp_path):
+    results, pgn = _play(tmp_path, "sf", "--opponent", "stockfish", "--skill", "0", "--depth", "1",
+                         "--games", "2", "--max-plies", "12")
+    _check_consistent(results, 12)
+    _check_pgn(pgn, results, "Stockfish skill 0")
+    assert results["settings"]["skill"] == 0 and results["settings"]["depth"] == 1
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish"),
+    (["--opponent", "stockfish", "--skill", "21"], "--skill 21: Stockfish's skill level is 0..20"),
+    (["--opponent", "stockfish", "--skill", "-1"], "--skill -1: Stockfish's skill level is 0..20"),
+    (["--opponent", "stockfish", "--depth", "0"], "--depth 0: Stockfish's search depth must be >= 1"),
+    (["--opponent", "random", "--skill", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
+    (["--opponent", "random", "--games", "0"], "--games 0: must be >= 1"),
+    (["--opponent", "random", "--max-plies", "0"], "--max-plies 0: must be >= 1"),
+])
+def test_bad_flags_are_one_line_errors(flags, named, capsys):
+    assert main(["play", *flags]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"rookworld play: error: {named}") and error.count("\n") == 1
