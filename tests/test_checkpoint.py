@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -264,3 +265,63 @@ def test_checkpoint_with_the_hub_writer_is_a_loadable_model_directory(tmp_path):
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
     assert checkpoint.load_state(last) == {"beta": 0.1, "step": 7}
+
+
+def truncate(path: Path) -> None:
+    with path.open("r+b") as f:  # in place: the step copy sharing the file is damaged as well
+        f.truncate(path.stat().st_size // 2)
+
+
+def garble(path: Path) -> None:
+    with path.open("r+b") as f:
+        f.write(b"\x00{ not JSON")
+
+
+@pytest.mark.parametrize("name, damage", [("model.safetensors", truncate), ("trainer_state.pt", truncate),
+                                          ("trainer_state.json", garble)])
+def test_a_damaged_checkpoint_last_falls_back_to_the_previous_whole_one_with_a_warning(tmp_path, caplog, name,
+                                                                                        damage):
+    for step in (1, 2, 3):
+        save_step(tmp_path, step, keep_last=2)
+    damage(tmp_path / "checkpoint-last" / name)
+    # checkpoint-step-000003 holds the same (hard-linked, so damaged) files: step 2 is the whole one
+    assert checkpoint.latest(tmp_path) == tmp_path / "checkpoint-step-000002"
+    assert saved_step(checkpoint.latest(tmp_path)) == 2
+    warning = caplog.records[-1].getMessage()
+    assert f"checkpoint-last ({name}" in warning and f"checkpoint-step-000003 ({name}" in warning
+    assert warning.endswith("using checkpoint-step-000002")
+    save_step(tmp_path, 3, keep_last=2)  # the resumed run saves over the damaged ones
+    assert saved_step(checkpoint.latest(tmp_path)) == 3
+
+
+def test_a_changed_file_of_the_same_size_is_found_by_its_checksum(tmp_path, caplog):
+    save_step(tmp_path, 1, keep_last=1)
+    save_step(tmp_path, 2, keep_last=0)
+    model = tmp_path / "checkpoint-last" / "model.safetensors"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 1
+    model.write_bytes(bytes(data))
+    assert saved_step(checkpoint.latest(tmp_path)) == 1
+    assert "model.safetensors differs from the saved file (CRC-32)" in caplog.text
+
+
+def test_no_whole_checkpoint_is_a_clear_error_not_a_fresh_start(tmp_path):
+    save_step(tmp_path, 1, keep_last=0)
+    truncate(tmp_path / "checkpoint-last" / "model.safetensors")
+    with pytest.raises(UserError, match=r"every checkpoint is damaged: checkpoint-last \(model.safetensors has"):
+        checkpoint.latest(tmp_path)
+
+
+def test_a_checkpoint_saved_before_checksums_were_recorded_still_loads(tmp_path):
+    last = save_step(tmp_path, 1)
+    info = checkpoint.read_info(last)
+    del info["files"]
+    (last / "trainer_state.json").write_text(json.dumps(info))
+    assert saved_step(checkpoint.latest(tmp_path)) == 1
+
+
+def test_a_garbled_checkpoint_best_is_replaced_by_the_next_best(tmp_path):
+    save_step(tmp_path, 1, metrics={"eval/A/exact": 0.9}, best_metric="eval/A/exact")
+    garble(tmp_path / "checkpoint-best" / "trainer_state.json")
+    save_step(tmp_path, 2, metrics={"eval/A/exact": 0.1}, best_metric="eval/A/exact")
+    assert saved_step(checkpoint.best(tmp_path)) == 2

@@ -8,7 +8,7 @@ Layout under a run directory OUT:
 
 Each checkpoint is a Hugging Face model directory (written by the caller's `write_model(dir)`) plus
 `trainer_state.pt` (the caller's state dict: optimizer, scheduler, RNG streams, sampler position, ...)
-and `trainer_state.json` (step, time and metrics, for people).
+and `trainer_state.json` (step, time and metrics, for people; and the size and CRC-32 of every other file).
 
 A checkpoint is written into a temporary directory beside its final name, fsynced, then renamed into
 place. A directory is replaced by renaming the old one to `NAME.old`, the new one to `NAME`, then
@@ -16,11 +16,19 @@ deleting `NAME.old`: at every instant `NAME` or `NAME.old` is complete, and `lat
 `NAME.old` after a crash between the two renames. The step and best copies share the files of
 `checkpoint-last` through hard links (a copy where the filesystem has none), so they cost no disk;
 published files are never written again. One process (rank 0) saves into a run directory.
+
+Faults: a process killed mid-save leaves the previous checkpoint as it was (the next save deletes the
+temporary directory). A full disk (or quota) is a UserError naming the checkpoint, and the checkpoints saved
+before stay intact. `latest()` checks each file against the sizes and CRC-32s that save() recorded and
+skips a damaged checkpoint with a warning, for the previous complete one: a resumed run never starts
+from damaged files, nor silently from scratch.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import math
 import os
 import random
@@ -28,6 +36,7 @@ import re
 import shutil
 import tempfile
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +54,8 @@ STEP_PATTERN = re.compile(r"checkpoint-step-(\d+)")
 STATE_PT = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
 _TMP_PREFIX = ".tmp-"
+_FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+log = logging.getLogger(__name__)
 
 
 def step_dir_name(step: int) -> str:
@@ -66,16 +77,40 @@ def _staging_dir(out: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=out))
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether `exc` or an exception in its chain is a full disk or quota: an OSError with that errno, or
+    a library error that quotes the OS message (safetensors' Rust writer keeps only the text)."""
+    messages = [os.strerror(code) for code in _FULL_DISK]
+    seen: BaseException | None = exc
+    while seen is not None:
+        if (isinstance(seen, OSError) and seen.errno in _FULL_DISK) or any(m in str(seen) for m in messages):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _publish(target: Path, fill: Callable[[Path], None]) -> None:
+    """Create the checkpoint directory with fill(dir) beside `target`, then publish it as `target`."""
+    try:
+        staging = _staging_dir(target.parent, target.name)
+        try:
+            staged = staging / "checkpoint"
+            fill(staged)
+            fsync_tree(staged)
+            publish_dir(staged, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except Exception as exc:
+        if not _disk_full(exc):
+            raise
+        raise UserError(f"could not save {target}: {os.strerror(errno.ENOSPC)} (or quota exceeded). The "
+                        f"checkpoints saved before are intact: free some space, then continue the run with "
+                        f"--resume {target.parent}") from exc
+
+
 def _publish_copy(source: Path, target: Path) -> None:
     """Publish a hard-linked copy of the complete checkpoint `source` as `target`."""
-    staging = _staging_dir(target.parent, target.name)
-    try:
-        staged = staging / "checkpoint"
-        shutil.copytree(source, staged, copy_function=_link_or_copy)
-        fsync_tree(staged)
-        publish_dir(staged, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    _publish(target, lambda staged: shutil.copytree(source, staged, copy_function=_link_or_copy))
 
 
 def _remove_strays(out: Path) -> None:
@@ -103,6 +138,40 @@ def _prune(out: Path, step: int, keep_last: int) -> None:
             shutil.rmtree(path)
 
 
+def _crc32(path: Path) -> str:
+    crc = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def _manifest(ckpt_dir: Path) -> dict[str, dict[str, Any]]:
+    """Size and CRC-32 of every file of a checkpoint but trainer_state.json, which records them."""
+    return {path.relative_to(ckpt_dir).as_posix(): {"bytes": path.stat().st_size, "crc32": _crc32(path)}
+            for path in sorted(ckpt_dir.rglob("*")) if path.is_file() and path.name != STATE_JSON}
+
+
+def damage(ckpt_dir: Path) -> str | None:
+    """What makes a complete checkpoint unusable (a file missing, truncated or changed since save(), an
+    unreadable trainer_state.json); None when it is whole. Checkpoints saved without sizes and CRC-32s
+    (before they were recorded) are taken as whole."""
+    try:
+        files = read_info(ckpt_dir).get("files", {})
+        expected = {name: (int(entry["bytes"]), str(entry["crc32"])) for name, entry in files.items()}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        return f"{STATE_JSON} is unreadable ({exc})"
+    for name, (size, crc) in expected.items():
+        path = ckpt_dir / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were saved"
+        if _crc32(path) != crc:
+            return f"{name} differs from the saved file (CRC-32)"
+    return None
+
+
 def _complete_copy(target: Path) -> Path | None:
     """`target`, or `target.old` after a crash between the two renames of publish_dir; None if neither."""
     for candidate in (target, old_path(target)):
@@ -112,8 +181,12 @@ def _complete_copy(target: Path) -> Path | None:
 
 
 def _metric_of(ckpt_dir: Path | None, name: str) -> float | None:
-    value = None if ckpt_dir is None else read_info(ckpt_dir).get("metrics", {}).get(name)
-    return None if value is None else float(value)
+    """The metric recorded with a checkpoint; None when absent or unreadable (any value then beats it)."""
+    try:
+        value = None if ckpt_dir is None else read_info(ckpt_dir).get("metrics", {}).get(name)
+        return None if value is None else float(value)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
 
 
 def _improves(value: float, current: float | None, higher_is_better: bool) -> bool:
@@ -144,25 +217,23 @@ def save(out_dir: str | Path, step: int, state: Mapping[str, Any], write_model: 
     out.mkdir(parents=True, exist_ok=True)
     _remove_strays(out)
     last = out / LAST
-    staging = _staging_dir(out, LAST)
-    try:
-        staged = staging / "checkpoint"
+
+    def fill(staged: Path) -> None:
         write_model(staged)
         if not staged.is_dir():
             raise RuntimeError(f"write_model did not create the model directory {staged}")
         state_path = staged / STATE_PT
-        torch.save({**state, "step": step}, state_path)
+        with state_path.open("wb") as f:  # a Python file keeps an OSError (ENOSPC) in the chain of torch's error
+            torch.save({**state, "step": step}, f)
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(state_path))
         if unsafe:
             raise TypeError(f"checkpoint state holds types that torch.load(weights_only=True) refuses: {unsafe};"
                             " store them as tensors or plain Python values")
         info = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "metrics": jsonable(dict(metrics or {}))}
+                "metrics": jsonable(dict(metrics or {})), "files": _manifest(staged)}
         (staged / STATE_JSON).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        fsync_tree(staged)
-        publish_dir(staged, last)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    _publish(last, fill)
     if keep_last > 0:
         _publish_copy(last, out / step_dir_name(step))
         _prune(out, step, keep_last)
@@ -174,14 +245,24 @@ def save(out_dir: str | Path, step: int, state: Mapping[str, Any], write_model: 
 
 
 def latest(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run: checkpoint-last, else checkpoint-last.old (a crash in
-    the middle of replacing it), else the newest checkpoint-step-N; None when there is none.
+    """The newest whole checkpoint of a run: checkpoint-last, else checkpoint-last.old (a crash in the
+    middle of replacing it), else the newest checkpoint-step-N; None when there is none. Damaged ones
+    (see damage()) are skipped with a warning naming them; UserError when every one is damaged.
     Reads only: safe for every rank to call at once."""
     out = Path(out_dir)
-    found = _complete_copy(out / LAST)
-    if found is None and (steps := step_checkpoints(out)):
-        found = steps[-1][1]
-    return found
+    candidates = [path for path in (out / LAST, old_path(out / LAST)) if is_complete(path)]
+    candidates += [path for _step, path in reversed(step_checkpoints(out))]
+    skipped = []
+    for candidate in candidates:
+        problem = damage(candidate)
+        if problem is None:
+            if skipped:
+                log.warning("%s: skipped the damaged %s; using %s", out, "; ".join(skipped), candidate.name)
+            return candidate
+        skipped.append(f"{candidate.name} ({problem})")
+    if skipped:
+        raise UserError(f"{out}: every checkpoint is damaged: {'; '.join(skipped)}")
+    return None
 
 
 def best(out_dir: str | Path) -> Path | None:
