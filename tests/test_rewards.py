@@ -16,9 +16,11 @@ from conftest import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rookworld import arbiter, rewards, text
-from rookworld.analysis import Analysis
-from rookworld.rewards import WEIGHTS
+from rookworld import arbiter, quality, rewards, text
+from rookworld.analysis import Analysis, expected_score
+from rookworld.config import build_config, load_toml
+from rookworld.errors import UserError
+from rookworld.rewards import BEST_MOVE_SHAPES, WEIGHTS, RewardConfig
 
 VAL_LINES = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
 A_PROMPTS = [row["prompt"] for row in json.loads((FIXTURES / "a_task_openings_sample.json").read_text())]
@@ -53,6 +55,9 @@ def completion(moves, evals, best) -> str:
 
 
 PROMPT, ANALYSIS = truth_of(LINE)
+RANK = RewardConfig(best_move_shape="rank")  # the old best_move credit
+# every shape, at a scale where 'linear' never reaches its floor (expected-score losses stay below 1)
+SHAPES = [RewardConfig(best_move_shape=shape, best_move_scale=1.0) for shape in BEST_MOVE_SHAPES]
 
 
 def test_weights_sum_to_one_and_name_the_components():
@@ -62,11 +67,12 @@ def test_weights_sum_to_one_and_name_the_components():
     assert set(rewards.score_a(A_PROMPTS[0], "").components) == set(WEIGHTS["A"])
 
 
+@pytest.mark.parametrize("config", [None, *SHAPES, RewardConfig(0.7, 0.01, 0.29, 0.0)])  # float sum != 1
 @pytest.mark.parametrize("fen_width", [90, 89, 0])
-def test_exact_p_target_scores_one_for_every_validation_position(fen_width):
+def test_exact_p_target_scores_one_for_every_validation_position(fen_width, config):
     for line in VAL_LINES:
         prompt, analysis = truth_of(line)
-        assert rewards.score_p(prompt, exact_p(analysis, fen_width), analysis).reward == 1.0, line
+        assert rewards.score_p(prompt, exact_p(analysis, fen_width), analysis, config=config).reward == 1.0, line
 
 
 def test_the_files_own_label_scores_one_unless_its_best_move_is_not_top_ranked():
@@ -75,7 +81,7 @@ def test_the_files_own_label_scores_one_unless_its_best_move_is_not_top_ranked()
         prompt, analysis = truth_of(line)
         label = text.parse_p_line(line).best
         reward = rewards.score_p(prompt, text.split_line(line)[2], analysis).reward
-        top = analysis.eval_of(label) == analysis.evals[0]
+        top = quality.judge(analysis.evals[0], analysis.eval_of(label)).score_loss == 0  # e.g. two mates
         assert (reward == 1.0) == top, line
         quirk += not top
     assert quirk > 50  # RookWorld's label quirk: black's B: is the 5th-ranked move
@@ -95,8 +101,8 @@ def test_reward_is_the_weighted_sum_of_its_components():
         assert math.isclose(score.reward, sum(WEIGHTS[task][k] * v for k, v in score.components.items()))
 
 
-# Hand-computed P cases on LINE (ranked: f1d1 4.94, f1e1 4.76, b6d5 4.75, f1c1 4.66, e3g5 4.55):
-# reward = 0.5 best_move + 0.2 candidates + 0.2 evals + 0.1 format.
+# Hand-computed P cases on LINE (ranked: f1d1 4.94, f1e1 4.76, b6d5 4.75, f1c1 4.66, e3g5 4.55) with the
+# old 'rank' best_move credit: reward = 0.5 best_move + 0.2 candidates + 0.2 evals + 0.1 format.
 TOP = ["f1d1", "f1e1", "b6d5", "f1c1", "e3g5"]
 EVALS = [4.94, 4.76, 4.75, 4.66, 4.55]
 
@@ -121,9 +127,34 @@ EVALS = [4.94, 4.76, 4.75, 4.66, 4.55]
     # empty: 3 missing fields -> format 1 - 1.5 = -0.5
     ("empty", "", None, -0.55),
 ])
-def test_hand_computed_p_rewards(name, completion_text, extra, expected):
+def test_hand_computed_p_rewards_rank_shape(name, completion_text, extra, expected):
     assert chess.Board(ANALYSIS.fen).is_legal(chess.Move.from_uci("a4a7"))
-    assert rewards.score_p(PROMPT, completion_text, ANALYSIS, extra).reward == pytest.approx(expected, abs=1e-9), name
+    reward = rewards.score_p(PROMPT, completion_text, ANALYSIS, extra, RANK).reward
+    assert reward == pytest.approx(expected, abs=1e-9), name
+
+
+def dense(best: float, move: float) -> float:
+    """The default best_move credit: exp(-expected-score loss / 0.2)."""
+    return math.exp(-(expected_score(best) - expected_score(move)) / 0.2)
+
+
+# The same cases with the default best_move credit (exp, scale 0.2, illegal -0.25); candidates, evals and
+# format are 0.2 + 0.2 + 0.1 where the rank cases above have them whole.
+@pytest.mark.parametrize(("name", "completion_text", "extra", "expected"), [
+    ("rank 2", completion(TOP, EVALS, "f1e1"), None, 0.5 * dense(4.94, 4.76) + 0.5),  # 0.5 * 0.960 + 0.5
+    ("outside, eval known", completion(TOP, EVALS, "a4a7"), {"a4a7": 4.44}, 0.5 * dense(4.94, 4.44) + 0.5),
+    # an engine eval above the last stored move's (another depth) counts as that move's eval
+    ("outside, eval above", completion(TOP, EVALS, "a4a7"), {"a4a7": 6.0}, 0.5 * dense(4.94, 4.55) + 0.5),
+    # no eval available: half the last stored move's credit
+    ("outside, eval unknown", completion(TOP, EVALS, "a4a7"), None, 0.5 * 0.5 * dense(4.94, 4.55) + 0.5),
+    ("no best move", completion(TOP, EVALS, "").removesuffix(" B: "), None, -0.125 + 0.4 + 0.05),
+    ("garbage", "hello world", None, -0.125 - 0.1),
+    ("empty", "", None, -0.125 - 0.05),
+])
+def test_hand_computed_p_rewards(name, completion_text, extra, expected):
+    assert RewardConfig(0.5, 0.2, 0.2, 0.1, "exp", 0.2, None) == rewards.DEFAULT_CONFIG
+    reward = rewards.score_p(PROMPT, completion_text, ANALYSIS, extra).reward
+    assert reward == pytest.approx(expected, abs=1e-9), name
 
 
 def test_mate_scores_compare_capped_at_10_pawns():
@@ -157,8 +188,9 @@ def distinct_positions(count: int) -> list[tuple[str, Analysis]]:
     return found[:count]
 
 
+@pytest.mark.parametrize("config", [None, *SHAPES])
 @pytest.mark.parametrize(("prompt", "analysis"), distinct_positions(20))
-def test_p_reward_falls_with_each_worse_best_move(prompt, analysis):
+def test_p_reward_falls_with_each_worse_best_move(prompt, analysis, config):
     moves, evals = list(analysis.moves), list(analysis.evals)
     outside = outside_moves(analysis)[0]
     chain = [completion(moves, evals, best) for best in moves]          # ranks 1..5
@@ -166,7 +198,98 @@ def test_p_reward_falls_with_each_worse_best_move(prompt, analysis):
     chain.append(completion(moves, evals, illegal_move(analysis)))         # illegal
     chain.append(completion(moves, evals, "").removesuffix(" B: "))      # missing
     extra = {outside: analysis.evals[-1] - 0.3}
-    assert strictly_decreasing([rewards.score_p(prompt, c, analysis, extra).reward for c in chain])
+    assert strictly_decreasing([rewards.score_p(prompt, c, analysis, extra, config).reward for c in chain])
+
+
+# A constructed truth for the start position: the stored top 5, and engine evals of moves outside it.
+START = chess.STARTING_FEN
+START_PROMPT = text.p_prompt(START)
+START_ANALYSIS = Analysis(START, ("e2e4", "d2d4", "g1f3", "c2c4", "e2e3"), (0.35, 0.3, 0.25, 0.1, 0.0), "test")
+START_EXTRA = {"b1c3": -0.1, "g2g4": -1.2, "f2f3": -0.6, "h2h4": 0.5}  # h2h4: another depth's eval above the best
+
+
+def best_move_credit(move: str, config: RewardConfig | None = None, extra=START_EXTRA) -> float:
+    return rewards.score_p(START_PROMPT, f"M: E: B: {move}", START_ANALYSIS, extra, config).components["best_move"]
+
+
+@pytest.mark.parametrize("config", [None, *SHAPES[:2], RewardConfig(best_move_scale=0.1),
+                                    RewardConfig(best_move_shape="exp", best_move_scale=2.0)])
+def test_dense_best_move_credit_follows_the_moves_quality(config):
+    """best > second best > outside with a small loss > outside with a large loss > illegal > nothing."""
+    credits = [best_move_credit(move, config) for move in ("e2e4", "d2d4", "b1c3", "f2f3", "g2g4", "e2e5", "")]
+    assert credits[0] == 1.0
+    assert strictly_decreasing(credits[:-1]) and credits[-1] == credits[-2] < 0 <= min(credits[:-2])
+    assert credits[-1] == (config or RewardConfig()).illegal_credit
+    # the stored search ranks every move it does not list at or below its last one
+    assert best_move_credit("h2h4", config) == best_move_credit("e2e3", config) < credits[1]
+
+
+@pytest.mark.parametrize("config", [None, *SHAPES[:2]])
+def test_dense_credit_of_an_unknown_eval_is_half_the_last_stored_moves(config):
+    """Without an engine a legal move outside the analysis is known to be no better than its last move."""
+    unknown = best_move_credit("b1c3", config, extra={})
+    assert unknown == pytest.approx(0.5 * best_move_credit("e2e3", config))
+    assert (config or RewardConfig()).illegal_credit < unknown < best_move_credit("e2e3", config)
+    lone = Analysis(START, (), (), "test")  # nothing to compare with: half credit for a legal move
+    assert rewards.score_p(START_PROMPT, "B: e2e4", lone).components["best_move"] == 0.5
+
+
+def test_dense_credit_is_the_expected_score_loss_under_the_shape():
+    loss = expected_score(0.35) - expected_score(-0.6)  # f2f3 against e2e4
+    assert best_move_credit("f2f3", RewardConfig(best_move_shape="linear", best_move_scale=0.5)) == \
+        pytest.approx(1 - loss / 0.5)
+    assert best_move_credit("f2f3", RewardConfig(best_move_shape="exp", best_move_scale=0.5)) == \
+        pytest.approx(math.exp(-loss / 0.5))
+    assert best_move_credit("g2g4", RewardConfig(best_move_shape="linear", best_move_scale=0.05)) == 0.0
+    assert best_move_credit("", RewardConfig(best_move_illegal=-0.6)) == -0.6
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"p_best_move_weight": 0.6}, "sum to 1"),
+    ({"p_best_move_weight": 0.8, "p_format_weight": -0.2}, ">= 0"),
+    ({"best_move_shape": "cubic"}, "best_move_shape must be one of"),
+    ({"best_move_scale": 0.0}, "best_move_scale must be > 0"),
+    ({"best_move_illegal": 0.0}, r"best_move_illegal must be in \[-1, 0\)"),
+    ({"best_move_illegal": -1.5}, r"best_move_illegal must be in \[-1, 0\)"),
+])
+def test_reward_config_rejects_bad_values(values, message):
+    with pytest.raises(ValueError, match=message):
+        RewardConfig(**values)
+    with pytest.raises(UserError, match=message):
+        build_config(RewardConfig, file_values=values)
+
+
+def test_reward_config_from_toml(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("[reward]\np_best_move_weight = 0.6\np_format_weight = 0.0\nbest_move_shape = 'exp'\n"
+                    "best_move_scale = 0.3\nbest_move_illegal = -0.5\n")
+    config = build_config(RewardConfig, file_values=load_toml(path)["reward"])
+    assert config == RewardConfig(0.6, 0.2, 0.2, 0.0, "exp", 0.3, -0.5)
+    assert build_config(RewardConfig, file_values={}) == RewardConfig() == rewards.DEFAULT_CONFIG
+    with pytest.raises(UserError, match="unknown config field 'best_move_weight'"):
+        build_config(RewardConfig, file_values={"best_move_weight": 0.5})
+
+
+def test_reward_config_weights_and_range():
+    """Weights move the reward; with all weight on best_move the range is the component's, [-1, 1]."""
+    only_move = RewardConfig(1.0, 0.0, 0.0, 0.0, best_move_illegal=-1.0)
+    assert rewards.score_p(PROMPT, "garbage", ANALYSIS, config=only_move).reward == -1.0
+    assert rewards.score_p(PROMPT, exact_p(ANALYSIS), ANALYSIS, config=only_move).reward == 1.0
+    half = rewards.score_p(PROMPT, completion(TOP, EVALS, "a1a8"), ANALYSIS, config=RewardConfig(0.5, 0.5, 0.0, 0.0))
+    assert half.reward == pytest.approx(0.5 * -0.25 + 0.5 * 1.0)
+
+
+MALFORMED = ["", "hello world", "B:", "B: ", "B: e2e4e2e4", "B: a1a1", "B: 0000", "B: e7e8q", "M: E: B:",
+             "M: e2e4 " * 50 + "E: nan inf -inf 1e999 B: e2e4", "B: \u0661\u0662", "\x00" * 1000, "B: e1h1 " * 10_000]
+
+
+@pytest.mark.parametrize("config", SHAPES)
+def test_malformed_completions_score_low_and_never_raise(config):
+    for prompt, analysis, extra in [(PROMPT, ANALYSIS, {"a4a7": 4.0}), (PROMPT, ANALYSIS, None),
+                                    (START_PROMPT, START_ANALYSIS, START_EXTRA)]:
+        for completion_text in MALFORMED:
+            score = rewards.score_p(prompt, completion_text, analysis, extra, config)
+            assert -1.0 <= score.reward < 1.0 and all(math.isfinite(v) for v in score.components.values())
 
 
 @pytest.mark.parametrize(("prompt", "analysis"), distinct_positions(20))
@@ -333,13 +456,15 @@ def test_score_batch_with_the_engine_scores_uncovered_moves(tmp_path):
              (A_PROMPTS[0], REAL_A_COMPLETIONS[0], None)]
     with StockfishPool(processes=2, cache_path=tmp_path / "cache.sqlite") as pool:
         scores = rewards.score_batch(items, pool)
+        rank_scores = rewards.score_batch(items, pool, RANK)
         evals = pool.evaluate_moves([(ANALYSIS.fen, move) for move in outside])  # cached by now
         fresh = pool.analyse([ANALYSIS.fen])[0]
         uncovered = rewards.uncovered_moves(PROMPT, items[1][1], fresh)
         fresh_extra = dict(zip(uncovered, pool.evaluate_moves([(ANALYSIS.fen, m) for m in uncovered])))
     assert all(isinstance(e, float) for e in evals)
     assert scores[0] == rewards.score_p(PROMPT, items[0][1], ANALYSIS, dict(zip(outside, evals)))
-    loss = max(0.0, 4.94 - evals[1])
-    assert scores[0].components["best_move"] == pytest.approx(0.1 * max(0.0, 1 - loss / 2))
+    assert rank_scores[0].components["best_move"] == pytest.approx(0.1 * max(0.0, 1 - (4.94 - evals[1]) / 2))
+    loss = expected_score(4.94) - expected_score(min(evals[1], 4.55))  # capped at the last stored move's eval
+    assert scores[0].components["best_move"] == pytest.approx(math.exp(-loss / 0.2))
     assert scores[1] == rewards.score_p(PROMPT, items[1][1], fresh, fresh_extra)
     assert scores[2] == rewards.score_a(A_PROMPTS[0], REAL_A_COMPLETIONS[0])

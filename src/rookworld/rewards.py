@@ -1,8 +1,9 @@
 """Rewards of P and A completions: pure functions of (prompt, completion, truth) -> Score.
 
-Every reward is a weighted sum of named components (the WEIGHTS table below), clipped to [-1, 1].
-The exact target scores 1.0; a malformed completion scores low and never raises. P truth is
-Stockfish's stored analysis; only moves it does not cover are evaluated on demand (score_batch).
+Every reward is a weighted sum of named components (the WEIGHTS table below; P's weights and the shape
+of its best_move credit come from a RewardConfig), clipped to [-1, 1]. The exact target scores 1.0; a
+malformed completion scores low and never raises. P truth is Stockfish's stored analysis; only moves
+it does not cover are evaluated on demand (score_batch).
 """
 
 from __future__ import annotations
@@ -10,26 +11,89 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import chess
 
-from rookworld import arbiter, text
+from rookworld import arbiter, quality, text
 from rookworld.analysis import EVAL_CLIP_PAWNS, Analysis, clip_pawns
 from rookworld.errors import InvalidPromptError
 
 if TYPE_CHECKING:
     from rookworld.stockfish import StockfishPool
 
-# Component weights per task; each task's weights sum to 1, so the exact target scores 1.0.
+# The 'rank' shape: best_move credit by rank among Stockfish's top 5 (ties in eval share the better rank)
+RANK_CREDIT = (1.0, 0.6, 0.4, 0.25, 0.15)
+OUTSIDE_TOP5_MAX = 0.1        # a legal move outside the top 5 with no eval loss; below rank 5's credit
+OUTSIDE_TOP5_UNKNOWN = 0.05   # a legal move outside the top 5 whose eval is unknown (no engine)
+OUTSIDE_LOSS_PAWNS = 2.0      # outside credit falls linearly to 0 at this loss against the best move
+NO_MOVE = -1.0                # its credit for an illegal, unparseable or missing move
+UNKNOWN_SHARE = 0.5  # dense shapes: an uncovered move of unknown eval gets this share of the last stored move's credit
+BEST_MOVE_SHAPES = ("linear", "exp", "rank")
+DENSE_ILLEGAL = -0.25  # dense shapes' default credit for an illegal or missing move: just below the legal floor 0
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """P weights and the shape of the best_move credit. The weights sum to 1, so the exact target scores 1.0."""
+
+    p_best_move_weight: float = field(default=0.5, metadata={
+        "help": "P weight of best_move, the quality of the B: move: the move the model would play is what the "
+                "P task is for"})
+    p_candidates_weight: float = field(default=0.2, metadata={
+        "help": "P weight of candidates, the top-5 moves named: a denser signal than one move"})
+    p_evals_weight: float = field(default=0.2, metadata={
+        "help": "P weight of evals, their error: calibrated evals make the candidate ranking meaningful"})
+    p_format_weight: float = field(default=0.1, metadata={
+        "help": "P weight of format: small, as every other component already needs a parseable completion"})
+    best_move_shape: str = field(default="exp", metadata={
+        "help": "best_move credit of a legal move from its expected-score loss L against the best move (the "
+                "Lichess win%% curve): 'linear' max(0, 1 - L / scale), 'exp' exp(-L / scale), or 'rank' (the "
+                "old table: 1.0/0.6/0.4/0.25/0.15 by rank in the stored top 5, at most 0.1 outside it)"})
+    best_move_scale: float = field(default=0.2, metadata={
+        "help": "expected-score loss (0..1) at which the linear credit reaches 0, or that divides it by e "
+                "for 'exp'"})
+    best_move_illegal: float | None = field(default=None, metadata={
+        "help": "best_move credit of an illegal, unparseable or missing move, below every legal move's (< 0) "
+                f"(default: {DENSE_ILLEGAL} for the dense shapes, -1 for 'rank')"})
+
+    def __post_init__(self) -> None:
+        weights = self.p_weights
+        checks = [
+            (all(w >= 0 for w in weights.values()), f"P weights must be >= 0, got {weights}"),
+            (math.isclose(math.fsum(weights.values()), 1.0, abs_tol=1e-9),
+             f"P weights must sum to 1 so that the exact target scores 1.0, got {math.fsum(weights.values())}"),
+            (self.best_move_shape in BEST_MOVE_SHAPES,
+             f"best_move_shape must be one of {BEST_MOVE_SHAPES}, got {self.best_move_shape!r}"),
+            (self.best_move_scale > 0,
+             f"best_move_scale must be > 0 (it divides the loss), got {self.best_move_scale}"),
+            (self.best_move_illegal is None or -1.0 <= self.best_move_illegal < 0.0,
+             f"best_move_illegal must be in [-1, 0): below every legal move's credit (>= 0) and a component's "
+             f"range, got {self.best_move_illegal}"),
+        ]
+        for ok, reason in checks:
+            if not ok:
+                raise ValueError(reason)
+
+    @property
+    def p_weights(self) -> dict[str, float]:
+        return {"best_move": self.p_best_move_weight, "candidates": self.p_candidates_weight,
+                "evals": self.p_evals_weight, "format": self.p_format_weight}
+
+    @property
+    def illegal_credit(self) -> float:
+        if self.best_move_illegal is not None:
+            return self.best_move_illegal
+        return NO_MOVE if self.best_move_shape == "rank" else DENSE_ILLEGAL
+
+
+DEFAULT_CONFIG = RewardConfig()
+
+# Component weights per task (P's from the default RewardConfig); each task's weights sum to 1, so the
+# exact target scores 1.0.
 WEIGHTS: dict[str, dict[str, float]] = {
-    "P": {
-        "best_move": 0.5,    # the move the model would play is what the P task is for
-        "candidates": 0.2,   # the top-5 list gives a denser signal than one move
-        "evals": 0.2,        # calibrated evals are what make the candidate ranking meaningful
-        "format": 0.1,       # small: every other component already needs a parseable completion
-    },
+    "P": DEFAULT_CONFIG.p_weights,
     "A": {
         "exact": 0.2,        # the truth is known exactly; near misses must stay clearly below it
         "placement": 0.3,    # the board is most of the state and the hardest part to track
@@ -44,12 +108,6 @@ WEIGHTS: dict[str, dict[str, float]] = {
     },
 }
 
-# best_move credit by rank among Stockfish's top 5 (ties in eval share the better rank)
-RANK_CREDIT = (1.0, 0.6, 0.4, 0.25, 0.15)
-OUTSIDE_TOP5_MAX = 0.1        # a legal move outside the top 5 with no eval loss; below rank 5's credit
-OUTSIDE_TOP5_UNKNOWN = 0.05   # a legal move outside the top 5 whose eval is unknown (no engine)
-OUTSIDE_LOSS_PAWNS = 2.0      # outside credit falls linearly to 0 at this loss against the best move
-NO_MOVE = -1.0                # best_move credit for an illegal, unparseable or missing move
 SIGN_ERROR_PAWNS = 1.0        # extra error when an eval has the wrong sign: the wrong side is better
 MISSING_EVAL_PAWNS = 2 * EVAL_CLIP_PAWNS + SIGN_ERROR_PAWNS  # the largest possible error
 EVAL_SCALE_PAWNS = 1.0        # evals credit = 1 / (1 + mae / scale): 0.5 at one pawn of mean error
@@ -64,8 +122,9 @@ class Score:
     components: dict[str, float]
 
 
-def _combine(task: str, components: dict[str, float]) -> Score:
-    total = math.fsum(WEIGHTS[task][name] * value for name, value in components.items())  # exact 1.0 at best
+def _combine(weights: Mapping[str, float], components: dict[str, float]) -> Score:
+    # over the weights' sum (1 up to rounding: 0.01 + 0.29 + 0.7 is not): the exact target scores 1.0 exactly
+    total = math.fsum(weights[name] * value for name, value in components.items()) / math.fsum(weights.values())
     return Score(reward=min(1.0, max(-1.0, total)), components=components)
 
 
@@ -140,10 +199,35 @@ def uncovered_moves(prompt: str, completion: str, analysis: Analysis) -> list[st
     return _uncovered(_read_p(prompt, completion, analysis), analysis)
 
 
-def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float]) -> float:
+def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float],
+                      config: RewardConfig) -> float:
     best = view.parsed.best
     if best is None or not view.legal[best]:
-        return NO_MOVE
+        return config.illegal_credit
+    if config.best_move_shape == "rank":
+        return _rank_credit(best, analysis, extra_evals)
+    if not analysis.evals:  # nothing to compare with: the move is legal, that is all we know
+        return UNKNOWN_SHARE
+    # The stored search ranks every move it does not list at or below its last one; the bound also keeps an
+    # on-demand eval (another depth) from outscoring the stored best.
+    bound = min(analysis.evals)
+    value = analysis.eval_of(best)
+    if value is None:
+        if best not in extra_evals:
+            return UNKNOWN_SHARE * _dense_credit(config, analysis, bound)
+        value = min(extra_evals[best], bound)
+    return _dense_credit(config, analysis, value)
+
+
+def _dense_credit(config: RewardConfig, analysis: Analysis, move_eval: float) -> float:
+    """1.0 for the best move, falling with the expected-score loss against it; >= 0 for every legal move."""
+    loss = quality.judge(max(analysis.evals), move_eval).score_loss
+    if config.best_move_shape == "linear":
+        return max(0.0, 1.0 - loss / config.best_move_scale)
+    return math.exp(-loss / config.best_move_scale)
+
+
+def _rank_credit(best: str, analysis: Analysis, extra_evals: Mapping[str, float]) -> float:
     if best in analysis.moves:
         value = analysis.eval_of(best)
         rank = sum(e > value for e in analysis.evals)  # 0-based; equal evals share a rank
@@ -182,10 +266,12 @@ def _evals_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
     return 1.0 / (1.0 + (sum(errors) / len(errors)) / EVAL_SCALE_PAWNS)
 
 
-def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float] | None) -> Score:
+def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float] | None,
+                  config: RewardConfig | None) -> Score:
     extra = extra_evals or {}
-    return _combine("P", {
-        "best_move": _best_move_credit(view, analysis, extra),
+    config = config or DEFAULT_CONFIG
+    return _combine(config.p_weights, {
+        "best_move": _best_move_credit(view, analysis, extra, config),
         "candidates": _candidates_credit(view, analysis),
         "evals": _evals_credit(view, analysis, extra),
         "format": _format_credit(view.parsed.errors),
@@ -193,13 +279,14 @@ def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
 
 
 def score_p(prompt: str, completion: str, analysis: Analysis,
-            extra_evals: Mapping[str, float] | None = None) -> Score:
+            extra_evals: Mapping[str, float] | None = None, config: RewardConfig | None = None) -> Score:
     """Reward of a P completion against Stockfish's analysis of the prompt's position.
 
     `extra_evals` maps moves outside the analysis to their evals (pawns, side to move's view), as
-    StockfishPool.evaluate_moves gives them; without them such a move gets a flat small credit.
+    StockfishPool.evaluate_moves gives them; without them such a move gets a smaller credit than the
+    analysis's last move. `config` None is the default RewardConfig.
     """
-    return _score_p_view(_read_p(prompt, completion, analysis), analysis, extra_evals)
+    return _score_p_view(_read_p(prompt, completion, analysis), analysis, extra_evals, config)
 
 
 # ---------------------------------------------------------------- A
@@ -253,7 +340,7 @@ def score_a(prompt: str, completion: str, truth: arbiter.Transition | None = Non
         return float(said[i] == expected[i])
 
     flags = (str(int(truth.terminated)), str(int(truth.truncated)))
-    return _combine("A", {
+    return _combine(WEIGHTS["A"], {
         "exact": float(completion.strip() == arbiter.a_target(truth)),
         "placement": _placement_credit(before.split(" ")[0], expected[0], said[0] if parsed.fen else None),
         "side": same(1),
@@ -271,11 +358,11 @@ def score_a(prompt: str, completion: str, truth: arbiter.Transition | None = Non
 
 
 def score(task: str, prompt: str, completion: str, analysis: Analysis | None = None,
-          extra_evals: Mapping[str, float] | None = None) -> Score:
+          extra_evals: Mapping[str, float] | None = None, config: RewardConfig | None = None) -> Score:
     if task == "P":
         if analysis is None:
             raise ValueError("a P reward needs Stockfish's analysis of the position; score_batch can compute it")
-        return score_p(prompt, completion, analysis, extra_evals)
+        return score_p(prompt, completion, analysis, extra_evals, config)
     if task == "A":
         return score_a(prompt, completion)
     raise ValueError(f"unknown task {task!r}; expected 'P' or 'A'")
@@ -287,12 +374,13 @@ def needs_engine(items: Sequence[tuple[str, str, Analysis | None]]) -> bool:
                for prompt, completion, analysis in items)
 
 
-def score_batch(items: Sequence[tuple[str, str, Analysis | None]], pool: StockfishPool | None) -> list[Score]:
+def score_batch(items: Sequence[tuple[str, str, Analysis | None]], pool: StockfishPool | None,
+                config: RewardConfig | None = None) -> list[Score]:
     """Scores of (prompt, completion, analysis) items, with at most two batched engine calls.
 
     P items without an analysis get one from `pool.analyse`; the legal moves that no analysis covers
     go to `pool.evaluate_moves` together. With `pool=None` every P item needs its analysis, and
-    uncovered moves get the flat outside-top-5 credit.
+    uncovered moves get the credit of an unknown eval.
     """
     tasks = [text.task_of(prompt) for prompt, _, _ in items]
     for task, (prompt, _, _) in zip(tasks, items):
@@ -323,5 +411,5 @@ def score_batch(items: Sequence[tuple[str, str, Analysis | None]], pool: Stockfi
             scores.append(score_a(prompt, completion))
         else:
             extra = {move: evaluated[(view.fen, move)] for move in view.legal if (view.fen, move) in evaluated}
-            scores.append(_score_p_view(view, analysis, extra))
+            scores.append(_score_p_view(view, analysis, extra, config))
     return scores
