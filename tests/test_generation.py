@@ -63,14 +63,19 @@ def test_left_padded_batch_equals_prompts_one_at_a_time(tiny_gpt):
         assert torch.allclose(got, want, atol=1e-5)
 
 
-def test_returned_logprobs_are_the_models_temperature_one_logprobs(tiny_gpt):
+def test_returned_logprobs_are_the_models_logprobs_at_each_rows_temperature(tiny_gpt):
     model = tiny_gpt()
     hot = SamplingSettings(temperature=1.7, top_k=20, top_p=0.9, max_new_tokens=9)
-    out = generate_groups(model, PROMPTS, 3, hot, eos_id=4, generator=seeded(5))
-    recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask).logp
+    cold = SamplingSettings(temperature=0.6, top_p=0.8, max_new_tokens=9)
+    out = generate_groups(model, PROMPTS[:2], 3, [hot, cold], eos_id=4, generator=seeded(5))
+    temperature = torch.tensor([1.7] * 3 + [0.6] * 3)
+    recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask,
+                                temperature=temperature).logp
     assert out.logprobs.shape == out.sequences.shape
     assert (out.logprobs - recomputed).abs().max() <= 1e-5
     assert out.logprobs[~out.completion_mask].eq(0).all()
+    at_one = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask).logp
+    assert (out.logprobs - at_one).abs().max() > 0.01  # temperature 1 is another distribution
 
 
 def test_per_prompt_settings_in_one_batch(tiny_gpt):

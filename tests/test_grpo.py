@@ -30,7 +30,7 @@ def cfg(**overrides) -> GRPOConfig:
     ({"eps_high": -0.1}, "eps_high must be >= 0"),
     ({"beta": -0.01}, "beta must be >= 0"),
     ({"kl_estimator": "k2"}, "kl_estimator must be one of"),
-    ({"kl_estimator": "full"}, "kl_importance_weight must be false"),
+    ({"kl_estimator": "full", "kl_importance_weight": True}, "kl_importance_weight must be false"),
     ({"beta_schedule": "cosine"}, "beta_schedule must be one of"),
     ({"beta_schedule": "warmup", "beta_ramp_steps": -1}, "must be >= 0"),
     ({"beta_warmup_steps": 5}, "only act with beta_schedule 'warmup'"),
@@ -44,6 +44,20 @@ def cfg(**overrides) -> GRPOConfig:
 def test_config_rejects_broken_invariants_with_the_reason(overrides, reason):
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace(")", r"\)")):
         GRPOConfig(**overrides)
+
+
+def test_kl_importance_weight_follows_the_estimator_unless_set():
+    assert GRPOConfig().kl_importance_weight is True and GRPOConfig(kl_estimator="k1").kl_importance_weight is True
+    assert GRPOConfig(kl_estimator="full").kl_importance_weight is False  # `--kl-estimator full` alone works
+    assert GRPOConfig(kl_importance_weight=False).kl_importance_weight is False
+
+
+def test_dr_grpo_denominator_counts_completion_tokens_not_the_padded_width():
+    logp, old, adv, mask = clipped_example()
+    wide = torch.nn.functional.pad(mask, (4, 0), value=False)  # prompt columns before the completion
+    pad = lambda x: torch.nn.functional.pad(x, (4, 0), value=0.0)  # noqa: E731
+    loss, _ = grpo.loss(pad(logp), pad(old), None, adv, wide, cfg(aggregation="dr_grpo"), max_completion_length=3)
+    assert loss.item() == pytest.approx((-2.7 + 1.9) / (2 * 3))
 
 
 def test_config_fields_all_have_help():

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rookworld import cli, grpo, train
+from rookworld import checkpoint, cli, grpo, train
 from rookworld.model import GPT, GPTConfig
 
 pytestmark = pytest.mark.stockfish
@@ -75,6 +75,59 @@ def test_smoke_run_changes_parameters_with_finite_losses(tiny_run_inputs, tmp_pa
     assert (out / "samples.jsonl").read_text().strip()
 
 
+LOSS_PATHS = {
+    "grpo": ({"aggregation": "grpo"}, {}),
+    "bnpo": ({"aggregation": "bnpo"}, {}),
+    "dapo": ({"aggregation": "dapo"}, {}),
+    "dr_grpo": ({"aggregation": "dr_grpo"}, {}),
+    "two iterations": ({}, {"num_iterations": 2}),
+    "full kl": ({"kl_estimator": "full"}, {}),
+    "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
+    "batch std": ({"std_scaling": "batch"}, {}),
+    "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
+}
+
+
+@pytest.mark.parametrize("name", LOSS_PATHS)
+def test_every_loss_path_takes_a_real_step(tiny_run_inputs, tmp_path, name):
+    model_dir, data = tiny_run_inputs
+    loss_options, run_options = LOSS_PATHS[name]
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01, **loss_options)
+    out = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2, **run_options), gcfg)
+    rows = records(out)
+    assert all(r["update/applied"] == 1.0 and math.isfinite(r["loss"]) and r["guard/nonfinite"] == 0 for r in rows)
+    before, after = load_file(str(model_dir / "model.safetensors")), weights(out)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    if name == "two iterations":
+        assert all(r["ratio/mean"] == pytest.approx(1.0, abs=0.1) for r in rows)  # an update, then the ratio moves
+    if name == "mask truncated":
+        assert all(r["completion/truncated_frac"] < 1.0 for r in rows)  # some completions ended: loss tokens left
+
+
+def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, tmp_path):
+    """Sampling at temperature != 1 and top-p < 1: the ratio's old log-probs (generation's) and the new ones
+    (the update's) refer to the same tempered distribution, so before any update the ratio is 1."""
+    from rookworld.hub import load_model
+    from rookworld.model import token_logprobs
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", temperature_p=0.6, top_p_p=0.85, temperature_a=1.4,
+                      top_p_a=0.9, num_iterations=2, lr=1e-12, steps=1)
+    policy, tokenizer = load_model(model_dir)
+    samples = train.load_data(cfg)[0][::20][:4]
+    assert {s.task for s in samples} == {"P", "A"}
+    groups = train.rollout_chunk(policy, tokenizer, samples, cfg, {"P": 24, "A": 24},
+                                 train.chunk_generator(0, 0, 0, torch.device("cpu")), None, {})
+    batch = train.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
+    assert sorted(set(batch.temperature.tolist())) == pytest.approx([0.6, 1.4])
+    for ids, attn, mask, sampled, _, _, temp in batch.micro_batches(64):
+        at_temperature = token_logprobs(policy, ids, mask, attn, temperature=temp).logp
+        assert (at_temperature - sampled).abs().max() < 1e-4
+        assert (token_logprobs(policy, ids, mask, attn).logp - sampled).abs().max() > 0.01
+    row = records(train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)))[0]
+    assert row["ratio/mean"] == pytest.approx(1.0, abs=1e-4) and row["clip_frac"] == 0.0
+
+
 def test_resample_replaces_zero_std_groups_with_new_prompts(tmp_path):
     # The embedded model gets most A prompts exactly right at every sample: many zero-std groups to replace.
     base = train.TrainConfig(data="embedded", steps=1, batch_size=4, group_size=4, p_fraction=0.0, eval_every=0,
@@ -125,10 +178,12 @@ def test_nonfinite_loss_skips_the_step(tiny_run_inputs, tmp_path, monkeypatch):
 
     monkeypatch.setattr(grpo, "loss", poisoned_first_call)
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=2, micro_batch_size=64)
-    out = train.main(cfg, grpo.GRPOConfig(entropy_coef=0.01))
+    out = train.main(cfg, grpo.GRPOConfig(entropy_coef=0.01, beta=0.05, beta_schedule="adaptive"))
     rows = records(out)
     assert rows[0]["guard/nonfinite"] == 1.0 and rows[0]["guard/skipped_steps"] == 1
+    assert rows[0]["update/applied"] == 0.0 and rows[1]["update/applied"] == 1.0
     assert rows[1]["guard/nonfinite"] == 0.0
+    assert rows[1]["beta"] == rows[0]["beta"] == 0.05  # a skipped step does not move the adaptive beta
     assert all(torch.isfinite(t).all() for t in weights(out).values())
 
 
@@ -145,10 +200,13 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
-def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path):
+@pytest.mark.parametrize("zero_std,chunk", [("keep", 2), ("keep", 4), ("resample", 2)],
+                         ids=["split chunks", "one chunk: rank 1 idle", "resampling"])
+def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01)
-    cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2)
+    cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
+                      rollout_chunk=chunk)
     single = weights(train.main(cfg, gcfg))
     ddp_cfg = replace(cfg, out=str(tmp_path / "ddp"))
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), ddp_cfg, gcfg), nprocs=2,
@@ -156,6 +214,17 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     ddp = weights(tmp_path / "ddp")
     for k in single:
         torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=1e-6)
+    # the logged step stats cover every rank's groups, not rank 0's alone
+    for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
+        for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std"):
+            assert a.get(key) == pytest.approx(b.get(key)), key
+
+
+def test_default_rollout_chunk_gives_every_rank_prompts():
+    cfg = train.TrainConfig(batch_size=16)
+    assert train.chunk_size(cfg, train.Dist()) == 16
+    assert train.chunk_size(cfg, train.Dist(rank=3, world=4)) == 4
+    assert train.chunk_size(replace(cfg, rollout_chunk=16), train.Dist(rank=3, world=4)) == 16
 
 
 def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
@@ -172,12 +241,44 @@ def test_impossible_config_is_rejected(tmp_path, capsys):
 def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, checkpoint_every=1, kl_max=1e-12, max_rollbacks=1,
-                      lr=1e-2)
+                      lr=1e-2, keep_last=5)
     with pytest.raises(train.TrainingStopped, match="rollbacks"):
         train.main(cfg, grpo.GRPOConfig(beta=0.1, entropy_coef=0.01))
-    rows = records(tmp_path / "run")
-    assert rows[-1]["guard/rollbacks"] >= 1
-    assert (tmp_path / "run" / "checkpoint-last" / "model.safetensors").is_file()
+    run = tmp_path / "run"
+    rows = records(run)
+    # step 1 (policy == reference: KL 0) is good and checkpointed; steps 2 and 3 exceed kl_max and roll back,
+    # the second rollback stops the run with the restored state saved as step 3
+    assert [r["guard/rollbacks"] for r in rows] == [0, 1]
+    assert checkpoint.read_info(run / checkpoint.LAST)["step"] == 3
+    good = run / checkpoint.step_dir_name(1)
+    for rolled_back in (run / checkpoint.step_dir_name(2), run / checkpoint.LAST):
+        a, b = load_file(str(good / "model.safetensors")), load_file(str(rolled_back / "model.safetensors"))
+        assert all(torch.equal(a[k], b[k]) for k in a)  # the weights are the snapshot's
+        opt_a, opt_b = (checkpoint.load_state(d)["optimizer"]["state"] for d in (good, rolled_back))
+        assert opt_a.keys() == opt_b.keys() and opt_a
+        assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])  # and AdamW's moments
+
+
+def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path):
+    from rookworld.data.sources import load_source
+    from rookworld.evaluate import EvalConfig, evaluate_model
+    from rookworld.hub import load_model
+    from rookworld.stockfish import StockfishPool
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, eval_every=3, checkpoint_every=2, eval_limit=8,
+                      eval_draws=0, lr=3e-3, keep_last=6)
+    out = train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
+    best = checkpoint.best(out)
+    info = checkpoint.read_info(best)
+    assert info["step"] in (3, 6)  # an evaluated step, never a checkpoint that carried older eval metrics
+    for step in (2, 4):
+        assert "eval/reward/mean" not in checkpoint.read_info(out / checkpoint.step_dir_name(step))["metrics"]
+    model, tokenizer = load_model(best)
+    with StockfishPool(processes=1) as pool:
+        again = evaluate_model(model, tokenizer, load_source(str(data), "eval", limit=8).samples,
+                               EvalConfig(batch_size=64), pool)
+    assert again["reward/mean"] == pytest.approx(info["metrics"]["eval/reward/mean"], abs=1e-9)
 
 
 def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
@@ -185,7 +286,7 @@ def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     report_file = tmp_path / "step.json"
     code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "3",
                      "--group-size", "4", "--max-new-tokens-p", "16", "--max-new-tokens-a", "16", "--processes", "1",
-                     "--beta", "0.05", "--entropy-coef", "0.01", "--json", str(report_file)])
+                     "--beta", "0.05", "--entropy-coef", "0.01", "--zero-std", "keep", "--json", str(report_file)])
     assert code == 0
     report = json.loads(report_file.read_text())
     assert len(report["prompts"]) == 3
@@ -202,3 +303,19 @@ def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     update = report["update"]
     assert math.isfinite(update["grad_norm"]) and update["grad_norm"] > 0
     assert "mean reward on this batch" in capsys.readouterr().out
+
+
+def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    report_file = tmp_path / "step.json"
+    code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "4",
+                     "--group-size", "3", "--max-new-tokens-p", "5", "--max-new-tokens-a", "7", "--processes", "1",
+                     "--temperature-p", "0.3", "--temperature-a", "0.3", "--zero-std", "drop", "--json",
+                     str(report_file)])
+    assert code == 0
+    prompts = json.loads(report_file.read_text())["prompts"]
+    for p in prompts:  # a character-level tokenizer: one character per token
+        limit = 5 if p["task"] == "P" else 7
+        assert all(len(c["completion"]) <= limit for c in p["completions"])
+        assert p["in_loss"] == (not p["zero_std"])  # --zero-std drop keeps zero-std groups out of the loss
+    assert any(p["zero_std"] for p in prompts)

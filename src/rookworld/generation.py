@@ -4,10 +4,11 @@
 the training ids. Each prompt carries its own settings (P and A prompts sample differently in one
 batch); every random draw comes from the caller's seeded `torch.Generator`.
 
-Log-probs: `Generation.logprobs` holds the model's own log-probs of the sampled tokens at temperature
-1 over the full vocabulary (not the temperature-scaled, top-k/top-p-filtered distribution that drew
-them). That is the quantity `model.token_logprobs` recomputes, so old and new log-probs of a PPO/GRPO
-ratio come from the same distribution; they match it to float rounding (cached vs full attention).
+Log-probs: `Generation.logprobs` holds the log-probs of the sampled tokens under the row's
+temperature-scaled distribution over the full vocabulary (before top-k/top-p filtering, as in TRL).
+That is what `model.token_logprobs(..., temperature=...)` recomputes, so old and new log-probs of a
+PPO/GRPO ratio, and the KL to the reference, refer to the distribution that drew the tokens (up to the
+nucleus cut); they match to float rounding (cached vs full attention).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Generation:
     sequences: torch.Tensor        # (N, T) long
     attention_mask: torch.Tensor   # (N, T) bool: real prompt and completion tokens
     completion_mask: torch.Tensor  # (N, T) bool: completion tokens, the final EOS included
-    logprobs: torch.Tensor         # (N, T) float32: temperature-1 log-probs of the sampled tokens, 0 elsewhere
+    logprobs: torch.Tensor         # (N, T) float32: log-probs of the sampled tokens at the row's temperature
     finished: torch.Tensor         # (N,) bool: the completion ended with EOS (else it hit max_new_tokens)
     prompt_width: int
     group_size: int
@@ -101,9 +102,8 @@ class _RowFilters:
         needs_sort = any(s.top_k == 0 and s.top_p < 1 for s in settings)
         self.candidates = vocab_size if needs_sort else min(max(s.top_k for s in settings), vocab_size)
 
-    def sample(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """One token id per row (N,) from logits (N, V)."""
-        scaled = logits.float() / self.temperature  # (N, V)
+    def sample(self, scaled: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """One token id per row (N,) from temperature-scaled float logits (N, V)."""
         if not self.any_filtered:
             return sample_from(F.softmax(scaled, dim=-1), generator)
         values, indices = scaled.topk(self.candidates, dim=-1)  # (N, K), best first
@@ -176,8 +176,9 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     in_completion = torch.zeros(N, max_new, dtype=torch.bool, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
     for step in range(max_new):
-        logp_all = F.log_softmax(logits.float(), dim=-1)  # (N, V)
-        sampled = logp_all.argmax(-1) if greedy else filters.sample(logits, generator)  # (N,)
+        scaled = logits.float() / filters.temperature  # (N, V)
+        logp_all = F.log_softmax(scaled, dim=-1)  # (N, V)
+        sampled = logp_all.argmax(-1) if greedy else filters.sample(scaled, generator)  # (N,)
         sampled = sampled.masked_fill(done, pad)
         tokens[:, step] = sampled
         token_logp[:, step] = logp_all.gather(-1, sampled[:, None]).squeeze(-1).masked_fill(done, 0.0)

@@ -61,9 +61,9 @@ class GRPOConfig:
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
                 "full-vocabulary KL per position, computed by the model code)"})
-    kl_importance_weight: bool = field(default=True, metadata={
+    kl_importance_weight: bool | None = field(default=None, metadata={
         "help": "multiply k1/k3 by the ratio pi/pi_sampling so that their gradient estimates the gradient of "
-                "KL(pi || pi_ref); must be false with kl_estimator 'full'"})
+                "KL(pi || pi_ref) (default: true for k1/k3, false for 'full', where it cannot be true)"})
     beta_schedule: str = field(default="fixed", metadata={
         "help": "'fixed', 'warmup' (beta 0 for beta_warmup_steps, then a linear ramp over beta_ramp_steps) or "
                 "'adaptive' (multiplicative control toward kl_target)"})
@@ -83,6 +83,8 @@ class GRPOConfig:
         "help": "exclude completions that hit max_new_tokens without EOS from the loss"})
 
     def __post_init__(self) -> None:
+        if self.kl_importance_weight is None:  # follows the estimator: only sampled-token estimates take it
+            self.kl_importance_weight = self.kl_estimator != "full"
         checks = [
             (self.std_scaling in STD_SCALINGS, f"std_scaling must be one of {STD_SCALINGS}, got {self.std_scaling!r}"),
             (self.std_floor > 0, f"std_floor must be > 0 so that equal rewards cannot divide by zero, "
@@ -172,9 +174,10 @@ def _denominator(keep: torch.Tensor, cfg: GRPOConfig, max_completion_length: int
         return float(keep.shape[0])
     if cfg.aggregation in ("bnpo", "dapo"):
         return max(float(keep.sum()), 1.0)
-    if max_completion_length is None or max_completion_length < keep.shape[1]:
-        raise ValueError(f"aggregation 'dr_grpo' needs max_completion_length >= the completion width "
-                         f"{keep.shape[1]} (its constant denominator), got {max_completion_length}")
+    longest = int(keep.sum(dim=1).max()) if keep.numel() else 0  # loss tokens of the longest completion
+    if max_completion_length is None or max_completion_length < longest:
+        raise ValueError(f"aggregation 'dr_grpo' needs max_completion_length (its constant denominator) >= the "
+                         f"longest completion's {longest} loss tokens, got {max_completion_length}")
     return float(keep.shape[0] * max_completion_length)
 
 

@@ -19,7 +19,10 @@ from rookworld.train import (
     Batch,
     Dist,
     TrainConfig,
+    collect,
+    completion_limits,
     configs_from_args,
+    learning_groups,
     load_data,
     policy_update,
     rollout,
@@ -33,9 +36,9 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
     single = grpo.GRPOConfig(**{**gcfg.__dict__, "aggregation": "grpo", "mask_truncated": False})
     rows = []
     with torch.no_grad():
-        for ids, attn, mask, _, adv in batch.micro_batches(1):
+        for ids, attn, mask, _, _, adv, temp in batch.micro_batches(1):
             full = gcfg.kl_estimator == "full" and reference is not None and beta > 0
-            tl = token_logprobs(policy, ids, mask, attn, entropy=True,
+            tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
                                 reference=reference if reference is not None and beta > 0 else None, kl=full)
             _, stats = grpo.loss(tl.logp, tl.logp, tl.ref_logp if not full else None, adv, mask, single, beta=beta,
                                  kl_per_token=tl.kl if full else None, entropy=tl.entropy)
@@ -45,7 +48,6 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
 
 def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
     from rookworld.data.batches import TaskSampler
-    from rookworld.evaluate import max_new_tokens
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
@@ -56,34 +58,39 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
     policy, tokenizer = load_model(source, device=device)
     reference = load_model(source, device=cfg.ref_device or device)[0].requires_grad_(False) if gcfg.beta > 0 else None
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
-    limits = max_new_tokens(tokenizer, train_samples)
-    samples = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed).next(cfg.batch_size)
+    limits = completion_limits(cfg, tokenizer, train_samples)
+    sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
+    samples = sampler.next(cfg.batch_size)
     d = Dist()
     beta = grpo.BetaController(gcfg).beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d, {})
-        rewards = [g.rewards for g in groups]
-        adv = grpo.advantages(torch.tensor(rewards), gcfg)
-        batch = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
-        terms = per_sequence_terms(policy, reference, batch, gcfg, beta)
+        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {})
+        adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
+        learn = learning_groups(groups, adv, cfg)
+        every = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
+        terms = per_sequence_terms(policy, reference, every, gcfg, beta)
+        # the step's prompts after resampling, sampled on the same random streams before and after the update
+        final = [g.sample for g in groups]
+        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {})
         policy.train()
+        batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
         update = policy_update(policy, reference, training.make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
                                max(limits.values()), d)
         policy.eval()
-        after = rollout(policy, tokenizer, samples, cfg, limits, 0, 0, pool, d, {})
+        after = rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {})
     G = cfg.group_size
     prompts = []
     for b, group in enumerate(groups):
         prompts.append({"task": group.sample.task, "prompt": group.sample.prompt, "target": group.sample.target,
-                        "zero_std": bool(adv.zero_std[b]),
+                        "zero_std": bool(adv.zero_std[b]), "in_loss": b in learn,
                         "completions": [{"completion": c, "reward": r, "components": comp,
                                          "advantage": float(adv.values[b, j]), **terms[b * G + j]}
                                         for j, (c, r, comp) in enumerate(zip(group.completions, group.rewards,
                                                                              group.components))]})
     mean = lambda gs: sum(r for g in gs for r in g.rewards) / sum(len(g.rewards) for g in gs)  # noqa: E731
     return {"prompts": prompts, "update": update, "beta": beta, "frac_zero_std": adv.frac_zero_std,
-            "reward_before": mean(groups), "reward_after": mean(after)}
+            "reward_before": mean(before), "reward_after": mean(after)}
 
 
 def print_report(report: dict) -> None:
@@ -93,7 +100,8 @@ def print_report(report: dict) -> None:
     console = Console()
     for i, p in enumerate(report["prompts"]):
         table = Table("completion", "reward", "adv", "pg", "kl", "entropy", "components",
-                      title=f"[{i}] {p['task']}  {p['prompt']}" + ("  (zero std)" if p["zero_std"] else ""),
+                      title=f"[{i}] {p['task']}  {p['prompt']}" + ("  (zero std)" if p["zero_std"] else "")
+                      + ("" if p["in_loss"] else "  (not in the loss)"),
                       title_justify="left")
         for c in p["completions"]:
             table.add_row(repr(c["completion"][:70]), f"{c['reward']:.3f}", f"{c['advantage']:+.3f}",

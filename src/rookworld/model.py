@@ -247,7 +247,8 @@ def kl_from_logprobs(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torc
 
 def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
                    attention_mask: torch.Tensor | None = None, *, entropy: bool = False,
-                   reference: GPT | None = None, kl: bool = False, chunk_size: int = 1024) -> TokenLogProbs:
+                   reference: GPT | None = None, kl: bool = False, temperature: torch.Tensor | None = None,
+                   chunk_size: int = 1024) -> TokenLogProbs:
     """Log-probs of the tokens of `input_ids` (B, T) where `mask` (B, T) is True.
 
     `attention_mask` (B, T) marks real tokens (None: no padding). The LM head runs only at the
@@ -255,7 +256,8 @@ def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
     recomputed in the backward pass instead of keeping its (chunk, V) logits. Log-softmax is in float32.
     `reference` (a model without gradients) adds its log-probs of the same tokens; `kl=True` also the
     full-vocabulary KL(model || reference), which needs both heads at once and so is computed here
-    rather than from stored reference log-probs (N x V floats).
+    rather than from stored reference log-probs (N x V floats). `temperature` (B,) divides each row's
+    logits (of both models) first: the distribution that sampled the row (generation.py).
     """
     if mask.shape != input_ids.shape:
         raise ValueError(f"mask shape {tuple(mask.shape)} differs from input_ids shape {tuple(input_ids.shape)}")
@@ -267,19 +269,24 @@ def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
     predicting = mask[:, 1:]  # (B, T-1): position t-1 predicts token t
     hidden = model.hidden(input_ids, attention_mask=attention_mask)[:, :-1][predicting]  # (N, C)
     targets = input_ids[:, 1:][predicting]  # (N,)
+    temps = None if temperature is None else temperature.float()[:, None].expand_as(predicting)[predicting]  # (N,)
     ref_hidden = None
     if reference is not None:
         with torch.no_grad():
             ref_hidden = reference.hidden(input_ids, attention_mask=attention_mask)[:, :-1][predicting]  # (N, C)
 
-    def head_stats(h: torch.Tensor, y: torch.Tensor, ref_h: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        logprobs = F.log_softmax(model.lm_head(h).float(), dim=-1)  # (n, V)
+    def scaled(logits: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
+        return logits.float() if t is None else logits.float() / t[:, None]
+
+    def head_stats(h: torch.Tensor, y: torch.Tensor, ref_h: torch.Tensor | None,
+                   t: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        logprobs = F.log_softmax(scaled(model.lm_head(h), t), dim=-1)  # (n, V)
         stats = {"logp": logprobs.gather(-1, y[:, None]).squeeze(-1)}  # (n,)
         if entropy:
             stats["entropy"] = entropy_from_logprobs(logprobs)
         if ref_h is not None:
             with torch.no_grad():
-                ref_logprobs = F.log_softmax(reference.lm_head(ref_h).float(), dim=-1)  # (n, V)
+                ref_logprobs = F.log_softmax(scaled(reference.lm_head(ref_h), t), dim=-1)  # (n, V)
             stats["ref_logp"] = ref_logprobs.gather(-1, y[:, None]).squeeze(-1)
             if kl:
                 stats["kl"] = kl_from_logprobs(logprobs, ref_logprobs)
@@ -289,7 +296,8 @@ def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
     chunks = []
     for start in range(0, max(len(targets), 1), chunk_size):  # one (maybe empty) chunk at least
         part = slice(start, start + chunk_size)
-        args = (hidden[part], targets[part], None if ref_hidden is None else ref_hidden[part])
+        args = (hidden[part], targets[part], None if ref_hidden is None else ref_hidden[part],
+                None if temps is None else temps[part])
         chunks.append(checkpoint(head_stats, *args, use_reentrant=False) if recompute else head_stats(*args))
 
     def scatter(name: str) -> torch.Tensor:

@@ -48,7 +48,9 @@ class TrainConfig:
     batch_size: int = field(default=16, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
-    rollout_chunk: int = field(default=16, metadata={"help": "prompts per generation call (and random stream)"})
+    rollout_chunk: int | None = field(default=None, metadata={
+        "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
+                "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
     micro_batch_size: int = field(default=64, metadata={"help": "sequences per forward/backward pass "
                                                         "(bounds memory; gradients accumulate)"})
     num_iterations: int = field(default=1, metadata={"help": "policy updates per sampled batch (PPO epochs)"})
@@ -103,7 +105,7 @@ class TrainConfig:
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.group_size >= 2, f"group_size must be >= 2: a group baseline needs two completions, "
                                    f"got {self.group_size}"),
-            (self.rollout_chunk >= 1 and self.micro_batch_size >= 1, "rollout_chunk and micro_batch_size >= 1"),
+            ((self.rollout_chunk or 1) >= 1 and self.micro_batch_size >= 1, "rollout_chunk and micro_batch_size >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
@@ -170,10 +172,29 @@ class Group:
     sequences: torch.Tensor       # (G, T) prompt (left-padded to its chunk) + completion
     attention_mask: torch.Tensor  # (G, T)
     completion_mask: torch.Tensor  # (G, T)
+    logprobs: torch.Tensor        # (G, T) sampling log-probs of the completion tokens (at `temperature`)
     finished: torch.Tensor        # (G,) ended with EOS
     completions: list[str]
     rewards: list[float]
     components: list[dict[str, float]]
+    temperature: float            # of the distribution that sampled it: log-probs are taken at it
+
+
+@dataclass
+class GroupSummary:
+    """What every rank needs of every group (advantages, resampling, step metrics); the tensors of a
+    group stay on the rank that sampled it."""
+
+    task: str
+    rewards: list[float]
+    components: list[dict[str, float]]
+    lengths: list[int]
+    truncated: list[bool]
+
+    @classmethod
+    def of(cls, g: Group) -> GroupSummary:
+        return cls(g.sample.task, g.rewards, g.components, g.completion_mask.sum(1).tolist(),
+                   (~g.finished).tolist())
 
     @property
     def zero_std(self) -> bool:
@@ -183,6 +204,16 @@ class Group:
 def chunk_generator(seed: int, step: int, chunk: int, device: torch.device) -> torch.Generator:
     state = np.random.SeedSequence([seed, step, chunk]).generate_state(1, dtype=np.uint64)[0]
     return torch.Generator(device=device).manual_seed(int(state) & (2**63 - 1))
+
+
+def chunk_size(cfg: TrainConfig, d: Dist) -> int:
+    return cfg.rollout_chunk or math.ceil(cfg.batch_size / d.world)
+
+
+def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample]) -> dict[str, int]:
+    """Max new tokens per task: the flags, else the longest target of the task + margin."""
+    found = max_new_tokens(tokenizer, samples)
+    return {"P": cfg.max_new_tokens_p or found.get("P", 1), "A": cfg.max_new_tokens_a or found.get("A", 1)}
 
 
 def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> SamplingSettings:
@@ -213,8 +244,8 @@ def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, li
     for b, sample in enumerate(samples):
         rows = slice(b * G, (b + 1) * G)
         groups.append(Group(sample, gen.sequences[rows], gen.attention_mask[rows], gen.completion_mask[rows],
-                            gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
-                            [s.components for s in scores[rows]]))
+                            gen.logprobs[rows], gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
+                            [s.components for s in scores[rows]], settings[b].temperature))
     return groups
 
 
@@ -222,25 +253,52 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             first_chunk: int, pool, d: Dist, timings: dict[str, float]) -> list[Group | None]:
     """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None."""
     device = policy.wte.weight.device
+    size = chunk_size(cfg, d)
     groups: list[Group | None] = [None] * len(samples)
-    for c, start in enumerate(range(0, len(samples), cfg.rollout_chunk)):
+    for c, start in enumerate(range(0, len(samples), size)):
         chunk = first_chunk + c
         if chunk % d.world != d.rank:
             continue
-        part = samples[start:start + cfg.rollout_chunk]
+        part = samples[start:start + size]
         made = rollout_chunk(policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device),
                              pool, timings)
         groups[start:start + len(part)] = made
     return groups
 
 
-def shared_rewards(groups: list[Group | None], d: Dist) -> list[list[float]]:
-    """Every group's rewards on every rank (advantages with batch std and resampling need all of them)."""
-    local = {i: g.rewards for i, g in enumerate(groups) if g is not None}
-    merged: dict[int, list[float]] = {}
+def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
+    """Every group's summary on every rank: a rank without groups still learns the step's rewards."""
+    local = {i: GroupSummary.of(g) for i, g in enumerate(groups) if g is not None}
+    merged: dict[int, GroupSummary] = {}
     for part in all_gather_objects(local, d):
         merged.update(part)
     return [merged[i] for i in range(len(groups))]
+
+
+def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
+            pool, d: Dist, timings: dict[str, float]) -> tuple[list[Group | None], list[GroupSummary]]:
+    """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
+    zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
+    resample_rounds rounds); a replacement lives on the rank that sampled it."""
+    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings)
+    summaries = shared_summaries(groups, d)
+    chunks = math.ceil(len(samples) / chunk_size(cfg, d))
+    for _ in range(cfg.resample_rounds if cfg.zero_std == "resample" else 0):
+        flat = [i for i, s in enumerate(summaries) if s.zero_std]
+        if not flat:
+            break
+        extra = sampler.next(len(flat))
+        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings)
+        chunks += math.ceil(len(extra) / chunk_size(cfg, d))
+        for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
+            if not summary.zero_std:
+                groups[i], summaries[i] = g, summary
+    return groups, summaries
+
+
+def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: TrainConfig) -> list[int]:
+    """Indices of this rank's groups that enter the loss (zero-std ones only with zero_std 'keep')."""
+    return [i for i, g in enumerate(groups) if g is not None and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
 
 
 # ---------------------------------------------------------------- update
@@ -258,21 +316,26 @@ class Batch:
     sequences: torch.Tensor       # (N, T)
     attention_mask: torch.Tensor  # (N, T)
     completion_mask: torch.Tensor  # (N, T)
+    logprobs: torch.Tensor        # (N, T) sampling log-probs: the old policy of the PPO ratio
     finished: torch.Tensor        # (N,)
     advantages: torch.Tensor      # (N,)
+    temperature: torch.Tensor     # (N,) each row's sampling temperature
 
     @classmethod
     def of(cls, groups: list[Group], advantages: list[torch.Tensor]) -> Batch:
+        device = groups[0].sequences.device
+        temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
         return cls(_pad_cat([g.sequences for g in groups], 0), _pad_cat([g.attention_mask for g in groups], False),
-                   _pad_cat([g.completion_mask for g in groups], False), torch.cat([g.finished for g in groups]),
-                   torch.cat(advantages))
+                   _pad_cat([g.completion_mask for g in groups], False), _pad_cat([g.logprobs for g in groups], 0.0),
+                   torch.cat([g.finished for g in groups]), torch.cat(advantages), temperature)
 
     def micro_batches(self, size: int):
         for start in range(0, len(self.sequences), size):
             rows = slice(start, start + size)
             used = int(self.attention_mask[rows].any(0).nonzero().max()) + 1  # trim right padding
             yield (self.sequences[rows, :used], self.attention_mask[rows, :used],
-                   self.completion_mask[rows, :used], self.finished[rows], self.advantages[rows])
+                   self.completion_mask[rows, :used], self.logprobs[rows, :used], self.finished[rows],
+                   self.advantages[rows], self.temperature[rows])
 
 
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
@@ -285,6 +348,8 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
 
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
+    Log-probs (policy, old, reference) are taken at each row's sampling temperature. `update/applied` is 1
+    when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
     """
     from rookworld.model import token_logprobs
 
@@ -296,20 +361,20 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     total_norm, total_micro = all_sum([local_norm, 0.0 if batch is None else
                                        math.ceil(len(batch.sequences) / cfg.micro_batch_size)], d)
     if total_micro == 0:
-        return {"grad_norm": 0.0, "guard/nonfinite": 0.0}
+        return {"grad_norm": 0.0, "guard/nonfinite": 0.0, "update/applied": 0.0}
     normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
     micro = [] if batch is None else list(batch.micro_batches(cfg.micro_batch_size))
     scale = 1.0 / total_micro if gcfg.aggregation == "bnpo" else 1.0
 
-    # Old (sampling-policy) and reference log-probs, once per batch, without gradients.
-    old, ref = [], []
+    # Reference log-probs, once per batch, without gradients. The old (sampling) policy's are the ones
+    # generation returned: they equal a recomputation at the same temperature to float rounding (tested).
+    ref = []
     with torch.no_grad():
-        for ids, attn, mask, _, _ in micro:
-            old.append(token_logprobs(policy, ids, mask, attn).logp if cfg.num_iterations > 1 else None)
+        for ids, attn, mask, _, _, _, temp in micro:
             if needs_ref and not full_kl:
                 ref_dev = reference.wte.weight.device
-                ref.append(token_logprobs(reference, ids.to(ref_dev), mask.to(ref_dev), attn.to(ref_dev))
-                           .logp.to(ids.device))
+                ref.append(token_logprobs(reference, ids.to(ref_dev), mask.to(ref_dev), attn.to(ref_dev),
+                                          temperature=temp.to(ref_dev)).logp.to(ids.device))
             else:
                 ref.append(None)
 
@@ -318,10 +383,11 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     grad_norm = 0.0
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        for (ids, attn, mask, finished, adv), old_logp, ref_logp in zip(micro, old, ref):
-            tl = token_logprobs(policy, ids, mask, attn, entropy=True,
+        for (ids, attn, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
+            tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
                                 reference=reference if needs_ref and full_kl else None, kl=needs_ref and full_kl)
-            loss, stats = grpo.loss(tl.logp, tl.logp.detach() if old_logp is None else old_logp,
+            old_logp = sampled_logp if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
+            loss, stats = grpo.loss(tl.logp, old_logp,
                                     ref_logp if needs_ref else None, adv, mask, gcfg, beta=beta,
                                     kl_per_token=tl.kl if needs_ref and full_kl else None,
                                     entropy=tl.entropy, truncated=~finished, normalizer=normalizer,
@@ -345,7 +411,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
         grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
             optimizer.zero_grad(set_to_none=True)
-            return {"grad_norm": grad_norm, "guard/nonfinite": 1.0}
+            return {"grad_norm": grad_norm, "guard/nonfinite": 1.0, "update/applied": 0.0}
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
         optimizer.step()
@@ -361,6 +427,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
     result["grad_norm"] = grad_norm
     result["guard/nonfinite"] = 0.0
+    result["update/applied"] = 1.0
     return result
 
 
@@ -410,10 +477,10 @@ class TrainingStopped(UserError):
 # ---------------------------------------------------------------- main
 
 
-def step_metrics(groups: list[Group], rewards: list[list[float]], adv: grpo.Advantages) -> dict[str, float]:
-    """Reward and completion statistics of this rank's groups (P/A split, reward components)."""
+def step_metrics(summaries: list[GroupSummary], adv: grpo.Advantages) -> dict[str, float]:
+    """Reward and completion statistics of all the step's groups, every rank's (P/A split, components)."""
     out: dict[str, float] = {}
-    flat = [r for rs in rewards for r in rs]
+    flat = [r for s in summaries for r in s.rewards]
     out["reward/mean"] = sum(flat) / len(flat)
     out["reward/std"] = float(np.std(flat))
     out["frac_zero_std"] = adv.frac_zero_std
@@ -423,13 +490,13 @@ def step_metrics(groups: list[Group], rewards: list[list[float]], adv: grpo.Adva
     by_task: dict[str, list[float]] = {}
     components: dict[str, list[float]] = {}
     lengths, truncated = [], []
-    for g in groups:
-        by_task.setdefault(g.sample.task, []).extend(g.rewards)
-        for comp in g.components:
+    for s in summaries:
+        by_task.setdefault(s.task, []).extend(s.rewards)
+        for comp in s.components:
             for name, value in comp.items():
-                components.setdefault(f"reward/{g.sample.task}/{name}", []).append(value)
-        lengths.extend(g.completion_mask.sum(1).tolist())
-        truncated.extend((~g.finished).tolist())
+                components.setdefault(f"reward/{s.task}/{name}", []).append(value)
+        lengths.extend(s.lengths)
+        truncated.extend(s.truncated)
     for task, values in by_task.items():
         out[f"reward/{task}"] = sum(values) / len(values)
     out.update({k: sum(v) / len(v) for k, v in components.items()})
@@ -478,8 +545,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
         reference.requires_grad_(False)
 
     train_samples, eval_samples = load_data(cfg)
-    limits = max_new_tokens(tokenizer, train_samples)
-    limits = {"P": cfg.max_new_tokens_p or limits.get("P", 1), "A": cfg.max_new_tokens_a or limits.get("A", 1)}
+    limits = completion_limits(cfg, tokenizer, train_samples)
     max_completion = max(limits.values())
     sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
     optimizer = training.make_optimizer(policy, cfg)
@@ -520,34 +586,17 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
                        wandb_project=cfg.wandb_project, rank=d.rank,
                        resume_step=state.step if resume_dir is not None else None)
     progress = Progress(cfg.steps, start=state.step, rank=d.rank)
-    last_eval: dict[str, float] = {}
     with StockfishPool(processes=cfg.processes) as pool, logger, progress:
         if state.step == 0 and eval_samples:
-            last_eval = held_out(0, pool)
+            held_out(0, pool)
         while state.step < cfg.steps:
             t0 = time.perf_counter()
             samples = fixed_batch or sampler.next(cfg.batch_size)
-            chunks = math.ceil(len(samples) / cfg.rollout_chunk)
             timings: dict[str, float] = {}
-            groups = rollout(policy, tokenizer, samples, cfg, limits, state.step, 0, pool, d, timings)
-            rewards = shared_rewards(groups, d)
-            if cfg.zero_std == "resample":
-                for _ in range(cfg.resample_rounds):
-                    flat_zero = [i for i, r in enumerate(rewards) if max(r) == min(r)]
-                    if not flat_zero:
-                        break
-                    extra = sampler.next(len(flat_zero))
-                    new_groups = rollout(policy, tokenizer, extra, cfg, limits, state.step, chunks, pool, d, timings)
-                    chunks += math.ceil(len(extra) / cfg.rollout_chunk)
-                    new_rewards = shared_rewards(new_groups, d)
-                    for i, g, r in zip(flat_zero, new_groups, new_rewards):
-                        if max(r) != min(r):  # the replacement lives on the rank that sampled it
-                            groups[i], rewards[i] = g, r
-            adv = grpo.advantages(torch.tensor(rewards), gcfg)
-            learn = [i for i, g in enumerate(groups) if g is not None
-                     and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
-            mine = [g for g in groups if g is not None]
-            metrics = step_metrics(mine, rewards, adv)
+            groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings)
+            adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
+            learn = learning_groups(groups, adv, cfg)
+            metrics = step_metrics(summaries, adv)
             beta = beta_ctl.beta
             t1 = time.perf_counter()
             batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
@@ -563,13 +612,13 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
                 state.lr_scale *= cfg.lr_backoff
                 state.reward_history.clear()
                 metrics["guard/rollback"] = 1.0
-                print(f"step {state.step}: {reason}; rolled back to the last good state, lr x{state.lr_scale:g}")
+                print(f"step {state.step + 1}: {reason}; rolled back to the last good state, lr x{state.lr_scale:g}")
                 if state.rollbacks > cfg.max_rollbacks:
                     state.step += 1
                     save_checkpoint()
                     raise TrainingStopped(f"{state.rollbacks} rollbacks ({reason}); the last good state is "
                                           f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
-            else:
+            elif update["update/applied"]:  # a step that changed nothing says nothing about the KL
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
             metrics["lr"] = optimizer.param_groups[0]["lr"]
             state.step += 1
@@ -581,10 +630,11 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
             logger.log(state.step, metrics)
             logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
                                              "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])
-            if eval_samples and training.eval_due(cfg, state.step):
-                last_eval = held_out(state.step, pool)
-            if training.checkpoint_due(cfg, state.step):
-                save_checkpoint({**metrics, **last_eval})
+            evaluation = held_out(state.step, pool) if eval_samples and training.eval_due(cfg, state.step) else {}
+            # An evaluated step is checkpointed too, so checkpoint-best always holds the weights its
+            # eval metrics describe; other checkpoints carry no eval metrics.
+            if evaluation or training.checkpoint_due(cfg, state.step):
+                save_checkpoint({**metrics, **evaluation})
                 good = snapshot(policy, optimizer, beta_ctl)
             progress.update(state.step, metrics)
     return out
