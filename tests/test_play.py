@@ -11,6 +11,7 @@ import pytest
 from rookworld.cli import main
 from rookworld.play import PLY_LIMIT, POINTS, RandomMover, ended, play_games, summary
 from rookworld.player import ModelPlayer, choose_move
+from rookworld.quality import LOSS_CAP_PAWNS
 from rookworld.tokenizer import Tokenizer
 
 COMPLETION = "{pad}M: g1f3 e2e4      E: 0.3 0.2                B: {best}"
@@ -63,7 +64,8 @@ def test_a_model_that_writes_garbage_has_every_move_replaced_and_counted(tiny_gp
     assert all(uci is None for g in played for _, uci in g.model_moves)
     assert all(g.termination == PLY_LIMIT and g.model_result == "draw" for g in played)
     totals = summary(played, [10.0] * 10)
-    assert totals["illegal_rate"] == 1.0 and totals["illegal_moves"] == 10 and totals["acpl"] == 10.0
+    assert totals["illegal_rate"] == 1.0 and totals["illegal_moves"] == 10
+    assert totals["acpl"] == 10.0 and totals["acpl_legal"] is None
     again = play_games(ModelPlayer(player.model, tokenizer, seed=3), RandomMover(3), games=2, max_plies=10)
     assert [g.board.move_stack for g in again] == [g.board.move_stack for g in played]
 
@@ -82,7 +84,10 @@ def _check_consistent(results, max_plies):
     assert results["score"] == pytest.approx(sum(POINTS[g["model_result"]] for g in games) / len(games))
     assert 0.0 <= results["illegal_rate"] <= 1.0
     assert results["illegal_rate"] == results["illegal_moves"] / results["model_moves"]
-    assert 0.0 <= results["acpl"] <= 10.0
+    assert 0.0 <= results["acpl_legal"] <= results["acpl"] <= LOSS_CAP_PAWNS
+    legal, illegal = results["model_moves"] - results["illegal_moves"], results["illegal_moves"]
+    assert results["acpl"] * results["model_moves"] == pytest.approx(
+        results["acpl_legal"] * legal + LOSS_CAP_PAWNS * illegal)  # an illegal move loses the cap
     assert results["plies"] == sum(g["plies"] for g in games) == sum(len(g["moves"]) for g in games)
     for game in games:
         assert game["model_color"] == ("white" if game["index"] % 2 == 0 else "black")

@@ -82,7 +82,8 @@ class Game:
             self.termination = self.outcome.termination.name.lower().replace("_", " ")
 
     def adjudicate(self) -> None:
-        """A game past the ply limit is a draw."""
+        """A game past the ply limit is a draw (python-chess has no adjudication ending: VARIANT_DRAW stands in
+        for it in `outcome`, `termination` names it)."""
         self.outcome, self.termination = chess.Outcome(chess.Termination.VARIANT_DRAW, None), PLY_LIMIT
 
     @property
@@ -124,6 +125,10 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None) -> l
     return played
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def summary(played: list[Game], losses: list[float]) -> dict:
     """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order."""
     per_game, at = [], 0
@@ -135,14 +140,15 @@ def summary(played: list[Game], losses: list[float]) -> dict:
             "result": game.outcome.result(), "model_result": game.model_result, "termination": game.termination,
             "plies": game.board.ply(), "model_moves": len(mine),
             "illegal_moves": sum(uci is None for _, uci in game.model_moves),
-            "acpl": sum(mine) / len(mine) if mine else None,
+            "acpl": _mean(mine),
             "moves": [move.uci() for move in game.board.move_stack]})
     counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
     moves = sum(g["model_moves"] for g in per_game)
     illegal = sum(g["illegal_moves"] for g in per_game)
+    legal = [loss for (_, uci), loss in zip((m for g in played for m in g.model_moves), losses) if uci is not None]
     return {"games": len(played), "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
             "score": sum(POINTS[kind] * n for kind, n in counts.items()) / len(played),
-            "acpl": sum(losses) / len(losses) if losses else None,
+            "acpl": _mean(losses), "acpl_legal": _mean(legal),
             "illegal_rate": illegal / moves if moves else 0.0,
             "plies": sum(g["plies"] for g in per_game), "model_moves": moves, "illegal_moves": illegal,
             "per_game": per_game}
