@@ -40,11 +40,11 @@ def run(command: list[str]) -> subprocess.CompletedProcess:
 
 
 def outcome(run_dir: Path) -> tuple[int, dict[str, torch.Tensor], list[dict]]:
-    """Final step, weights and per-step metrics (timings left out) of a run."""
+    """Final step, weights and per-step metrics (timings and speeds left out) of a run."""
     last = run_dir / checkpoint.LAST
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return (checkpoint.read_info(last)["step"], load_file(last / "model.safetensors"),
-            [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records])
+            [{k: v for k, v in r.items() if not k.startswith("time/") and not k.endswith("/per_s")} for r in records])
 
 
 def assert_same_run(run_dir: Path, reference: Path) -> None:
