@@ -86,6 +86,17 @@ def test_a_and_stored_p_lines_score_without_starting_the_engine(tmp_path):
         assert (record["reward"], record["components"]) == (expected.reward, expected.components)
     # 13 of RookWorld-LM's 20 greedy A generations are exactly right
     assert sum(record.get("components", {}).get("exact", 0) for record in out) == 13
+    # the reward flags of `rookworld train` apply here too
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "rank.jsonl", "--stockfish",
+                     tmp_path / "no-stockfish", "--best-move-shape", "rank") == 0
+    old_shape = rewards.RewardConfig(best_move_shape="rank")
+    ranked = [record for record in read_jsonl(tmp_path / "rank.jsonl") if record.get("task") == "P"]
+    for record in ranked:
+        expected = rewards.score_p(record["prompt"], record["completion"], Analysis.from_json(record["analysis"]),
+                                   config=old_shape)
+        assert record["reward"] == expected.reward
+    dense = [record["reward"] for record in out if record.get("task") == "P"]
+    assert any(record["reward"] != value for record, value in zip(ranked, dense))  # the flag changed something
 
 
 @pytest.mark.stockfish

@@ -128,6 +128,21 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
     assert row["ratio/mean"] == pytest.approx(1.0, abs=1e-4) and row["clip_frac"] == 0.0
 
 
+def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
+    from rookworld.rewards import DENSE_ILLEGAL, NO_MOVE, RewardConfig
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "dense", steps=1, p_fraction=1.0, max_new_tokens_p=8)
+    dense = train.main(cfg, grpo.GRPOConfig())
+    old = train.main(replace(cfg, out=str(tmp_path / "rank")), grpo.GRPOConfig(),
+                     rcfg=RewardConfig(best_move_shape="rank"))
+    # 8 random tokens never name a legal B: move: the illegal credit of each shape
+    assert records(dense)[0]["reward/P/best_move"] == DENSE_ILLEGAL
+    assert records(old)[0]["reward/P/best_move"] == NO_MOVE
+    saved = json.loads((old / "config.json").read_text())
+    assert saved["reward"]["best_move_shape"] == "rank" and set(saved) == {"train", "grpo", "reward"}
+
+
 def test_resample_replaces_zero_std_groups_with_new_prompts(tmp_path):
     # The embedded model gets most A prompts exactly right at every sample: many zero-std groups to replace.
     base = train.TrainConfig(data="embedded", steps=1, batch_size=4, group_size=4, p_fraction=0.0, eval_every=0,

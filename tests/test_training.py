@@ -12,6 +12,7 @@ import torch
 
 from rookworld import cli, grpo, training
 from rookworld.errors import UserError
+from rookworld.rewards import RewardConfig
 from rookworld.sft import SFTConfig
 from rookworld.train import RunState, TrainConfig, runaway_reason
 
@@ -71,10 +72,11 @@ def test_guards_turn_off_with_zero_from_flags_and_toml(tmp_path):
 
     add_arguments(parser)
     toml = tmp_path / "run.toml"
-    toml.write_text("kl_max = 0\nreward_drop = 0\n[grpo]\nbeta = 0.05\n")
-    cfg, gcfg = configs_from_args(parser.parse_args(["--config", str(toml)]))
-    assert (cfg.kl_max, cfg.reward_drop, gcfg.beta) == (0, 0, 0.05)
-    cfg, _ = configs_from_args(parser.parse_args(["--kl-max", "0"]))
+    toml.write_text("kl_max = 0\nreward_drop = 0\n[grpo]\nbeta = 0.05\n[reward]\nbest_move_shape = \"rank\"\n")
+    cfg, gcfg, rcfg = configs_from_args(parser.parse_args(["--config", str(toml)]))
+    assert (cfg.kl_max, cfg.reward_drop, gcfg.beta, rcfg.best_move_shape) == (0, 0, 0.05, "rank")
+    cfg, _, rcfg = configs_from_args(parser.parse_args(["--kl-max", "0", "--best-move-scale", "0.3"]))
+    assert rcfg.best_move_scale == 0.3 and rcfg.best_move_shape == "exp"
     assert cfg.kl_max == 0 and cfg.reward_drop == 0.5
 
 
@@ -87,7 +89,8 @@ def _parse(command: str, argv: list[str]) -> argparse.Namespace:
 
 
 @pytest.mark.parametrize("command,classes", [("sft", {"sft": SFTConfig}),
-                                             ("train", {"train": TrainConfig, "grpo": grpo.GRPOConfig})])
+                                             ("train", {"train": TrainConfig, "grpo": grpo.GRPOConfig,
+                                                        "reward": RewardConfig})])
 def test_resume_rules_are_the_same_in_both_commands(command, classes, tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from rookworld import grpo, training
+from rookworld.rewards import RewardConfig
 from rookworld.train import (
     Batch,
     Dist,
@@ -46,7 +47,7 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
     return rows
 
 
-def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
+def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | None = None) -> dict:
     from rookworld.data.batches import TaskSampler
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
@@ -65,20 +66,21 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> dict:
     beta = grpo.BetaController(gcfg).beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {})
+        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg)
         adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
         learn = learning_groups(groups, adv, cfg)
         every = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
         terms = per_sequence_terms(policy, reference, every, gcfg, beta)
         # the step's prompts after resampling, sampled on the same random streams before and after the update
         final = [g.sample for g in groups]
-        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {})
+        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {},
+                                                         rcfg)
         policy.train()
         batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
         update = policy_update(policy, reference, training.make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
                                max(limits.values()), d)
         policy.eval()
-        after = rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {})
+        after = rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {}, rcfg)
     G = cfg.group_size
     prompts = []
     for b, group in enumerate(groups):
@@ -124,8 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg, gcfg = configs_from_args(args)
-    report = inspect_step(cfg, gcfg)
+    report = inspect_step(*configs_from_args(args))
     print_report(report)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -50,6 +50,7 @@ class ScoreConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser, ScoreConfig)
+    add_config_arguments(parser, rewards.RewardConfig)  # the same reward flags as `rookworld train`
 
 
 @dataclass
@@ -119,10 +120,10 @@ class _LazyPool:
         return self._pool
 
 
-def _score_batch(lines: list[_Line], pool: _LazyPool) -> None:
+def _score_batch(lines: list[_Line], pool: _LazyPool, reward_cfg: rewards.RewardConfig) -> None:
     """Add reward, components (and target) to each good line; P lines go through the engine together."""
     items = [(line.prompt, line.completion, line.analysis) for line in lines if line.ok and line.transition is None]
-    p_scores = iter(rewards.score_batch(items, pool.get() if rewards.needs_engine(items) else None))
+    p_scores = iter(rewards.score_batch(items, pool.get() if rewards.needs_engine(items) else None, reward_cfg))
     for line in lines:
         if not line.ok:
             continue
@@ -142,6 +143,7 @@ def _progress() -> Progress:
 
 def run(args: argparse.Namespace) -> int:
     cfg = build_config(ScoreConfig, args)
+    reward_cfg = build_config(rewards.RewardConfig, args)
     if not cfg.input or not cfg.output:
         raise UserError("rookworld score needs --input IN.jsonl and --output OUT.jsonl")
     source, target = Path(cfg.input), Path(cfg.output)
@@ -164,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         stack.callback(partial.unlink, missing_ok=True)  # a no-op after the rename
 
         def flush(batch: list[_Line]) -> None:
-            _score_batch(batch, pool)
+            _score_batch(batch, pool, reward_cfg)
             for line in batch:
                 writer.write(json.dumps(line.record, ensure_ascii=False) + "\n")
                 counts[line.record["task"] if line.ok else "error"] += 1

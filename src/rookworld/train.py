@@ -29,6 +29,7 @@ from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
 from rookworld.generation import Generation, SamplingSettings, generate_groups
+from rookworld.rewards import RewardConfig
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
@@ -224,7 +225,8 @@ def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> Sa
 
 @torch.no_grad()
 def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
-                  generator: torch.Generator, pool, timings: dict[str, float]) -> list[Group]:
+                  generator: torch.Generator, pool, timings: dict[str, float],
+                  rcfg: RewardConfig | None = None) -> list[Group]:
     """Sample and score G completions of each prompt of one chunk; adds its seconds to `timings`."""
     from rookworld.rewards import score_batch
 
@@ -237,7 +239,7 @@ def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, li
     G = cfg.group_size
     t1 = time.perf_counter()
     scores = score_batch([(samples[i // G].prompt, text, samples[i // G].analysis) for i, text in enumerate(texts)],
-                         pool if cfg.engine_rewards else None)
+                         pool if cfg.engine_rewards else None, rcfg)
     timings["time/generate"] = timings.get("time/generate", 0.0) + t1 - t0
     timings["time/reward"] = timings.get("time/reward", 0.0) + time.perf_counter() - t1
     groups = []
@@ -250,7 +252,8 @@ def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, li
 
 
 def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
-            first_chunk: int, pool, d: Dist, timings: dict[str, float]) -> list[Group | None]:
+            first_chunk: int, pool, d: Dist, timings: dict[str, float],
+            rcfg: RewardConfig | None = None) -> list[Group | None]:
     """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None."""
     device = policy.wte.weight.device
     size = chunk_size(cfg, d)
@@ -261,7 +264,7 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             continue
         part = samples[start:start + size]
         made = rollout_chunk(policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device),
-                             pool, timings)
+                             pool, timings, rcfg)
         groups[start:start + len(part)] = made
     return groups
 
@@ -276,11 +279,12 @@ def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
 
 
 def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
-            pool, d: Dist, timings: dict[str, float]) -> tuple[list[Group | None], list[GroupSummary]]:
+            pool, d: Dist, timings: dict[str, float],
+            rcfg: RewardConfig | None = None) -> tuple[list[Group | None], list[GroupSummary]]:
     """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
     zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
     resample_rounds rounds); a replacement lives on the rank that sampled it."""
-    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings)
+    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg)
     summaries = shared_summaries(groups, d)
     chunks = math.ceil(len(samples) / chunk_size(cfg, d))
     for _ in range(cfg.resample_rounds if cfg.zero_std == "resample" else 0):
@@ -288,7 +292,7 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
         if not flat:
             break
         extra = sampler.next(len(flat))
-        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings)
+        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg)
         chunks += math.ceil(len(extra) / chunk_size(cfg, d))
         for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
             if not summary.zero_std:
@@ -514,8 +518,10 @@ def load_data(cfg: TrainConfig):
     return train, evals
 
 
-def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> Path:
-    """Run GRPO; returns the run directory. See the module docstring."""
+def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
+         rcfg: RewardConfig | None = None) -> Path:
+    """Run GRPO with the reward `rcfg` (default: RewardConfig()); returns the run directory. Held-out
+    evaluation scores with the default reward, so runs with different rewards compare on one scale."""
     from rookworld.data.batches import TaskSampler
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import Progress, RunLogger
@@ -527,6 +533,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
     if d.world > 1 and device.startswith("cuda"):
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', d.rank))}"
     torch.manual_seed(cfg.seed)
+    rcfg = rcfg or RewardConfig()
     out = Path(cfg.out)
     resume_dir = None
     if resume is not None:
@@ -572,9 +579,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
         logger.log_eval(step, found)
         return found
 
+    run_config = {"train": asdict(cfg), "grpo": asdict(gcfg), "reward": asdict(rcfg)}
+
     def write_model(directory: Path) -> None:
-        save_model(policy, tokenizer, directory, metadata={"trained_with": "rookworld train",
-                                                           "config": asdict(cfg), "grpo": asdict(gcfg)})
+        save_model(policy, tokenizer, directory, metadata={"trained_with": "rookworld train", **run_config})
 
     def save_checkpoint(metrics: dict[str, float] | None = None) -> None:
         if d.main:
@@ -582,7 +590,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
                                               "beta": beta_ctl.state_dict(), "run": asdict(state)},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
-    logger = RunLogger(out, {"train": asdict(cfg), "grpo": asdict(gcfg)}, tensorboard=cfg.tensorboard,
+    logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
                        wandb_project=cfg.wandb_project, rank=d.rank,
                        resume_step=state.step if resume_dir is not None else None)
     progress = Progress(cfg.steps, start=state.step, rank=d.rank)
@@ -593,7 +601,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None) -> 
             t0 = time.perf_counter()
             samples = fixed_batch or sampler.next(cfg.batch_size)
             timings: dict[str, float] = {}
-            groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings)
+            groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
+                                        rcfg)
             adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
             learn = learning_groups(groups, adv, cfg)
             metrics = step_metrics(summaries, adv)
@@ -647,19 +656,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.config import add_config_arguments
     from rookworld.flag_groups import ADVANCED, TRAIN
 
-    training.add_run_arguments(parser, tables=", a [grpo] table the GRPO loss and KL fields")
+    training.add_run_arguments(parser, tables=", a [grpo] table the GRPO loss and KL fields, a [reward] table "
+                               "the reward's")
     add_config_arguments(parser, TrainConfig, TRAIN, ADVANCED)
     add_config_arguments(parser, grpo.GRPOConfig, TRAIN, ADVANCED)
+    add_config_arguments(parser, RewardConfig, TRAIN, ADVANCED)
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, grpo.GRPOConfig]:
-    configs = training.run_configs(args, {"train": TrainConfig, "grpo": grpo.GRPOConfig})
-    return configs["train"], configs["grpo"]
+def configs_from_args(args: argparse.Namespace) -> tuple[TrainConfig, grpo.GRPOConfig, RewardConfig]:
+    configs = training.run_configs(args, {"train": TrainConfig, "grpo": grpo.GRPOConfig, "reward": RewardConfig})
+    return configs["train"], configs["grpo"], configs["reward"]
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg, gcfg = configs_from_args(args)
-    out = main(cfg, gcfg, resume=args.resume)
+    cfg, gcfg, rcfg = configs_from_args(args)
+    out = main(cfg, gcfg, resume=args.resume, rcfg=rcfg)
     print(f"run directory: {out}")
     return 0
 
