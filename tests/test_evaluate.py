@@ -10,7 +10,7 @@ import torch
 from rookworld import cli, metrics, text
 from rookworld.analysis import Analysis
 from rookworld.data.record import Sample, a_sample
-from rookworld.evaluate import EvalConfig, complete, evaluate_completions
+from rookworld.evaluate import EvalConfig, complete, evaluate_completions, markdown_table
 
 FEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
 ANALYSIS = Analysis(FEN, ("f1b5", "d2d4", "f1c4", "b1c3", "d2d3"), (0.45, 0.4, 0.3, 0.2, 0.1), "depth=10")
@@ -95,6 +95,18 @@ def test_pass_at_n_counts_prompts_with_one_right_answer():
     assert result["A/exact@3"] == 1.0 and result["A/exact"] == pytest.approx(1 / 3)
 
 
+def test_markdown_table_shows_value_se_and_n():
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    results = {"m1": evaluate_completions([a, a], [[a.target], ["garbage"]]),
+               "m2": evaluate_completions([P], [[P.target]])}
+    lines = markdown_table(results).splitlines()
+    assert lines[:2] == ["| metric | m1 | m2 |", "|---|---|---|"]
+    assert "| A/exact | 0.5000 ± 0.5000 (n=2) | - |" in lines
+    assert "| P/best_move_acc | - | 1.0000 ± nan (n=1) |" in lines  # one value: no standard error
+    assert "| count/A | 2.0000 | 0.0000 |" in lines
+    assert not any("/se" in line or "/n " in line for line in lines)
+
+
 def test_batched_evaluation_equals_unbatched(tiny_gpt, gpt2_tokenizer, fixtures_dir):
     rows = json.loads((fixtures_dir / "a_task_openings_sample.json").read_text())[:6]
     samples = [a_sample(r["prompt"]) for r in rows] + [P]
@@ -118,6 +130,7 @@ def test_eval_command_scores_a_predictions_file(tmp_path, capsys):
     assert cli.main(["eval", "--predictions", str(path), "--out", str(out), "--processes", "1"]) == 0
     result = json.loads(out.read_text())["pred.jsonl"]
     assert result["A/exact"] == 0.5 and result["count/A"] == 2
+    assert result["A/exact/se"] == pytest.approx(0.5) and result["A/exact/n"] == 2  # sqrt(p (1 - p) / (n - 1))
 
 
 @pytest.mark.stockfish

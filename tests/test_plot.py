@@ -11,7 +11,7 @@ import pytest
 from rookworld import cli
 from rookworld.errors import UserError
 from rookworld.log import RunLogger
-from rookworld.plot import dashboard, load_run, moving_average, panels_for
+from rookworld.plot import dashboard, figure_of, load_run, moving_average, panels_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -97,3 +97,47 @@ def test_cli_names_a_missing_run_directory(tmp_path, capsys):
     assert "has no metrics.jsonl" in capsys.readouterr().err
     assert cli.main(["plot", str(tmp_path / "run"), "--smooth", "0"]) == 2
     assert "--smooth" in capsys.readouterr().err
+
+
+def write_quality_run(run_dir, evals: int = 3) -> None:
+    """A run whose evals logged what evaluate_completions gives with an engine: bands, SEs and counts."""
+    from rookworld.quality import BANDS
+
+    with RunLogger(run_dir, {}, tensorboard=False) as logger:
+        for step in range(1, 10 * evals + 1):
+            logger.log(step, {"reward/mean": 0.5})
+            if step % 10 == 0:
+                best = step / (20 * evals)  # the best band grows, the rest share what is left
+                shares = [best] + [(1 - best) / (len(BANDS) - 1)] * (len(BANDS) - 1)
+                logger.log_eval(step, {"eval/P/acpl": 3.0 - best, "eval/P/acpl/se": 0.2, "eval/P/acpl/n": 90,
+                                       **{f"eval/P/band/{name}": share for (name, _), share in zip(BANDS, shares)},
+                                       **{f"eval/P/band/{name}/se": 0.05 for name, _ in BANDS}})
+
+
+def test_move_quality_bands_get_one_stacked_bar_panel(tmp_path):
+    write_quality_run(tmp_path / "run")
+    runs = [load_run(tmp_path / "run")]
+    titles = [title for title, _keys, _source in panels_for(runs)]
+    # one line panel for ACPL (its /se and /n are no panels of their own), the bands in one bar chart
+    assert titles == ["reward", "held-out P/acpl", "held-out move quality of the greedy B: move"]
+    figure = figure_of(runs)
+    _reward_ax, acpl_ax, bands_ax = [ax for ax in figure.axes if ax.get_visible()]
+    assert len(acpl_ax.collections) == 1  # the ± SE band around the ACPL curve
+    assert bands_ax.get_title() == titles[-1]
+    assert len(bands_ax.patches) == 3 * 6  # a stacked bar of 6 bands at each of the 3 eval steps
+    assert [bar.get_height() for bar in bands_ax.patches[:3]] == pytest.approx([1 / 6, 2 / 6, 3 / 6])
+    assert bands_ax.get_legend() is not None
+    out = dashboard([tmp_path / "run"])
+    assert png_size(out) == (1650, 340)  # one row of 3 panels
+
+
+def test_band_bars_of_two_runs_stand_side_by_side(tmp_path):
+    write_quality_run(tmp_path / "a", evals=2)
+    write_run(tmp_path / "b", seed=5, steps=20)  # no bands logged: no bars
+    write_quality_run(tmp_path / "c", evals=3)
+    figure = figure_of([load_run(tmp_path / d) for d in ("a", "b", "c")])
+    bands_ax = [ax for ax in figure.axes if ax.get_title() == "held-out move quality of the greedy B: move"][0]
+    assert len(bands_ax.patches) == (2 + 3) * 6
+    centers = sorted({bar.get_x() + bar.get_width() / 2 for bar in bands_ax.patches if bar.get_x() < 15})
+    assert centers == pytest.approx([8.0, 12.0])  # at step 10 the two runs' bars side by side, 0.8 x 10 / 2 wide
+    assert [text.get_text() for text in bands_ax.get_legend().get_texts()][-2:] == ["a", "c"]

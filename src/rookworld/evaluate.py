@@ -1,8 +1,11 @@
-"""`rookworld eval [--model M ...] [--data D] [--predictions FILE] [--limit N] [--out metrics.json]`
+"""`rookworld eval [--model M ...] [--data D] [--split eval|train|all] [--predictions FILE] [--limit N]
+[--out metrics.json]`
 
-Held-out metrics (see metrics.py) of one or several models on the eval split, or of given completions.
-Greedy by default; `--samples n` draws n completions per prompt and adds pass@n. The GRPO trainer's
-periodic evaluation calls `evaluate_model` with the same settings.
+Held-out metrics (see metrics.py), each with its standard error and count, of one or several models on
+a split of the data (the eval split by default), or of given completions. Greedy by default;
+`--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k). With a Stockfish pool
+the `B:` moves are judged (quality.py) in one batch per evaluation. The GRPO trainer's periodic
+evaluation calls `evaluate_model` with the same settings.
 """
 
 from __future__ import annotations
@@ -12,9 +15,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rookworld.data.record import Sample
+from rookworld.data.splits import SPLITS
 from rookworld.errors import UserError
+
+if TYPE_CHECKING:
+    from rookworld.data.sources import SampleSet
+    from rookworld.quality import MoveQuality
+    from rookworld.stockfish import Limit
 
 PROMPT_TOKENS_MARGIN = 8  # room beyond the longest target, so a near-miss completion is not cut short
 
@@ -75,16 +85,43 @@ def score_completions(samples: Sequence[Sample], completions: Sequence[str], poo
     return score_batch([(s.prompt, c, s.analysis) for s, c in zip(samples, completions)], pool)
 
 
-def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None) -> dict[str, float]:
-    """Metrics of given completions (one group of >= 1 per sample): means over all completions, and
-    pass@n when the groups hold several."""
+def judge_best_moves(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool,
+                     limit: Limit | None = None) -> list[list[MoveQuality]]:
+    """The quality of each P completion's `B:` move (an empty list for an A prompt), judged in one batch
+    at `limit` (default: the label limit); a sample's stored analysis is the truth when made there."""
+    from rookworld import text
+    from rookworld.quality import judge_moves
+
+    p_groups = [(sample, group) for sample, group in zip(samples, groups) if sample.task == "P"]
+    moves = [(sample.fen, text.parse_p_completion(c).best) for sample, group in p_groups for c in group]
+    analyses = [sample.analysis for sample, group in p_groups for _ in group]
+    judged = iter(judge_moves(pool, moves, limit, analyses) if moves else [])
+    return [[next(judged) for _ in group] if sample.task == "P" else [] for sample, group in zip(samples, groups)]
+
+
+def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None, *,
+                         limit: Limit | None = None) -> dict[str, float]:
+    """Metrics of given completions (one group of >= 1 per sample), each as NAME (the mean over all
+    completions), NAME/se and NAME/n (see metrics.estimate); best of k (NAME@k) when the groups hold
+    several; the move-quality metrics (P/acpl, P/expected_score_loss, P/band/...) when a Stockfish `pool`
+    is given, judged at `limit` (default: the label limit)."""
     from rookworld import metrics
 
     flat_samples = [s for s, group in zip(samples, groups) for _ in group]
-    flat = [c for group in groups for c in group]
-    result = metrics.aggregate(flat_samples, flat, score_completions(flat_samples, flat, pool))
-    if any(len(group) > 1 for group in groups):
-        result.update(metrics.pass_at_n(samples, groups))
+    scores = iter(score_completions(flat_samples, [c for group in groups for c in group], pool))
+    per_prompt = [metrics.group_values(sample, group, [next(scores) for _ in group])
+                  for sample, group in zip(samples, groups)]
+    if pool is not None:
+        for values, qualities in zip(per_prompt, judge_best_moves(samples, groups, pool, limit)):
+            for quality in qualities:
+                for name, value in metrics.quality_metrics(quality).items():
+                    values[name].append(value)
+    for values, group in zip(per_prompt, groups):
+        if len(group) > 1:
+            metrics.add_best_of(values, len(group))
+    result = metrics.flatten(metrics.summarize(per_prompt))
+    for task in ("P", "A"):
+        result[f"count/{task}"] = float(sum(s.task == task for s in flat_samples))
     return result
 
 
@@ -111,7 +148,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", action="append", help="checkpoint directory or hub id; repeat to compare "
                         "(default: the embedded model)")
     parser.add_argument("--data", default="embedded", help="data source: embedded, a local path or a hub id "
-                        "(its eval/test split is used; default: embedded)")
+                        "(default: embedded)")
+    parser.add_argument("--split", choices=SPLITS, help="rows of --data to score: eval (the default: the held-out "
+                        "5%% of a local source, a hub dataset's test split), train or all")
     parser.add_argument("--predictions", help="JSONL with prompt, completion (optional target): score these "
                         "completions instead of a model's")
     parser.add_argument("--limit", type=int, help="evaluate the first N samples")
@@ -122,6 +161,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CPU threads for torch (default: the cores; 1 beside other busy jobs)")
     parser.add_argument("--processes", type=int, help="Stockfish processes for moves outside the stored "
                         "analysis (default: one per core)")
+    parser.add_argument("--cache", help="SQLite file caching Stockfish results across runs: a repeated eval of "
+                        "the same data skips the searches it already made")
     add_config_arguments(parser, EvalConfig)
 
 
@@ -172,37 +213,73 @@ def _with_analyses(samples: list[Sample], pool) -> list[Sample]:
     return [replace(s, analysis=found[s.fen]) if s.task == "P" and s.analysis is None else s for s in samples]
 
 
+def _cell(result: dict[str, float], name: str) -> str:
+    """`mean ± se (n=N)` of a metric, the bare value of one without a standard error (the counts)."""
+    from rookworld.metrics import N_SUFFIX, SE_SUFFIX
+
+    if name not in result:
+        return "-"
+    if name + SE_SUFFIX not in result:
+        return f"{result[name]:.4f}"
+    return f"{result[name]:.4f} ± {result[name + SE_SUFFIX]:.4f} (n={result[name + N_SUFFIX]:.0f})"
+
+
+def _metric_names(results: dict[str, dict[str, float]]) -> list[str]:
+    from rookworld.metrics import is_statistic
+
+    return sorted({k for r in results.values() for k in r if not is_statistic(k)})
+
+
 def _print_table(results: dict[str, dict[str, float]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table("metric", *results)
-    for name in sorted({k for r in results.values() for k in r}):
-        table.add_row(name, *(f"{r[name]:.4f}" if name in r else "-" for r in results.values()))
+    for name in _metric_names(results):
+        table.add_row(name, *(_cell(r, name) for r in results.values()))
     Console().print(table)
 
 
 def markdown_table(results: dict[str, dict[str, float]]) -> str:
-    names = sorted({k for r in results.values() for k in r})
     lines = ["| metric | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
-    lines += ["| " + name + " | " + " | ".join(f"{r[name]:.4f}" if name in r else "-" for r in results.values())
-              + " |" for name in names]
+    lines += ["| " + name + " | " + " | ".join(_cell(r, name) for r in results.values()) + " |"
+              for name in _metric_names(results)]
     return "\n".join(lines) + "\n"
+
+
+def scope_line(found: SampleSet, limit: int | None) -> str:
+    """Which rows of the source are scored: of a local source, how many of the rows it holds."""
+    n, report = len(found.samples), found.report
+    if found.eval_fraction is None:  # a hub dataset: its own split, streamed (its size is unknown here)
+        return f"scoring {n} rows of the {found.split} split of {found.source}"
+    if limit is not None and n == limit:  # reading stopped there: the rest of the source is unread
+        return f"scoring the first {n} rows of the {found.split} split of {found.source} (--limit {limit})"
+    rows = report.samples + report.other_split + report.skipped
+    which = "--split all" if found.split == "all" else f"the {found.split} split; --split all scores every row"
+    return f"scoring {n} of {rows} rows of {found.source} ({which})"
+
+
+def _load_samples(args: argparse.Namespace) -> list[Sample]:
+    from rookworld.data.sources import load_source
+
+    found = load_source(args.data, args.split or "eval", limit=args.limit)
+    print(scope_line(found, args.limit))
+    return found.samples
 
 
 def run(args: argparse.Namespace) -> int:
     from rookworld.config import build_config
-    from rookworld.data.sources import load_source
+    from rookworld.log import jsonable
     from rookworld.stockfish import StockfishPool
 
     cfg = build_config(EvalConfig, args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be >= 1")
+    if args.predictions and (args.model or args.split):
+        raise UserError("--predictions scores given completions: leave out --model and --split")
     results: dict[str, dict[str, float]] = {}
-    with StockfishPool(processes=args.processes) as pool:
+    with StockfishPool(processes=args.processes, cache_path=args.cache) as pool:
         if args.predictions:
-            if args.model:
-                raise UserError("--predictions scores given completions: leave out --model")
             samples, completions = _prediction_samples(args.predictions)
             samples, completions = samples[:args.limit], completions[:args.limit]
             samples = _with_analyses(samples, pool)
@@ -211,14 +288,14 @@ def run(args: argparse.Namespace) -> int:
             from rookworld.hub import load_model, resolve_default_model
             from rookworld.runtime import pick_device
 
-            samples = load_source(args.data, "eval", limit=args.limit).samples
+            samples = _load_samples(args)
             device = pick_device(args.device, args.threads)
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
                 results[name] = evaluate_model(model, tokenizer, samples, cfg, pool)
     _print_table(results)
     if args.out:
-        Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        Path(args.out).write_text(json.dumps(jsonable(results), indent=2) + "\n", encoding="utf-8")
     if args.markdown:
         Path(args.markdown).write_text(markdown_table(results), encoding="utf-8")
     return 0

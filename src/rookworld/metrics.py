@@ -1,25 +1,33 @@
 """Held-out metrics of P and A completions: pure functions of (sample, completion) pairs.
 
 Every per-sample metric is a fraction in [0, 1] (averaged over the samples it applies to) except
-`P/eval_mae`, in pawns. The README defines each one; `rookworld eval` and the GRPO trainer's periodic
-evaluation both report these names.
+`P/eval_mae`, `P/acpl` and `P/acpl@k`, in pawns. docs/grpo.md defines each one; `rookworld eval` and
+the GRPO trainer's periodic evaluation both report these names, each with its standard error
+(`NAME/se`) and the number of prompts it is averaged over (`NAME/n`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
 from rookworld.analysis import clip_pawns
 from rookworld.data.record import Sample
+from rookworld.quality import BANDS, MoveQuality
 from rookworld.rewards import Score, p_board
 
 FEN_FIELDS = 6
 # A cases whose exact accuracy is reported on its own (meta.case, from data.cases).
 A_CASE_METRICS = ("first_move", "checkmate", "stalemate", "illegal")
+SE_SUFFIX, N_SUFFIX = "/se", "/n"  # NAME/se, NAME/n: a metric's standard error and its number of prompts
+BAND_PREFIX = "P/band/"  # P/band/<name>: share of B: moves in each move-quality band (quality.BANDS)
+# Best of a prompt's k completions, reported as NAME@k: pass@k for the rates, the smallest loss for P/acpl.
+BEST_OF: dict[str, Callable[[Sequence[float]], float]] = {"P/best_move_acc": max, "A/exact": max, "P/acpl": min}
 
 
 def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
@@ -78,35 +86,77 @@ def sample_metrics(sample: Sample, completion: str) -> dict[str, float]:
     return p_metrics(sample, completion) if sample.task == "P" else a_metrics(sample, completion)
 
 
-def aggregate(samples: Sequence[Sample], completions: Sequence[str],
-              scores: Sequence[Score] | None = None) -> dict[str, float]:
-    """Mean of each metric over the samples it applies to, rewards by task, and counts per task."""
-    if len(samples) != len(completions):
-        raise ValueError(f"{len(samples)} samples but {len(completions)} completions")
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, int] = defaultdict(int)
+def quality_metrics(quality: MoveQuality) -> dict[str, float]:
+    """The metrics of one `B:` move's quality at the engine's truth (see quality.py)."""
+    values = {"P/acpl": quality.loss, "P/expected_score_loss": quality.score_loss}
+    values.update({f"{BAND_PREFIX}{name}": float(quality.band == name) for name, _ in BANDS})
+    return values
 
-    def add(name: str, value: float) -> None:
-        sums[name] += value
-        counts[name] += 1
 
-    for i, (sample, completion) in enumerate(zip(samples, completions)):
+def group_values(sample: Sample, completions: Sequence[str],
+                 scores: Sequence[Score] | None = None) -> dict[str, list[float]]:
+    """Each metric's values over one prompt's completions (a metric lists a value for each completion it
+    applies to), with the training reward when `scores` (one per completion) are given."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for i, completion in enumerate(completions):
         for name, value in sample_metrics(sample, completion).items():
-            add(name, value)
+            values[name].append(value)
         if scores is not None:
-            add("reward/mean", scores[i].reward)
-            add(f"reward/{sample.task}", scores[i].reward)
-    result = {name: sums[name] / counts[name] for name in sorted(sums)}
-    for task in ("P", "A"):
-        result[f"count/{task}"] = float(sum(s.task == task for s in samples))
-    return result
+            values["reward/mean"].append(scores[i].reward)
+            values[f"reward/{sample.task}"].append(scores[i].reward)
+    return values
 
 
-def pass_at_n(samples: Sequence[Sample], completions: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Fraction of prompts with at least one right answer among their n sampled completions:
-    `P/best_move_acc@n` and `A/exact@n` (n = completions per prompt)."""
-    hits: dict[str, list[float]] = defaultdict(list)
-    for sample, group in zip(samples, completions):
-        key, metric = ("P/best_move_acc", p_metrics) if sample.task == "P" else ("A/exact", a_metrics)
-        hits[f"{key}@{len(group)}"].append(float(any(metric(sample, c)[key] for c in group)))
-    return {name: sum(v) / len(v) for name, v in sorted(hits.items())}
+def add_best_of(values: dict[str, list[float]], k: int) -> None:
+    """NAME@k for each BEST_OF metric that a prompt's k completions all have."""
+    for name, best in BEST_OF.items():
+        if len(values.get(name, ())) == k:
+            values[f"{name}@{k}"] = [best(values[name])]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A metric's mean, its standard error and the number of prompts n it is averaged over."""
+
+    mean: float
+    se: float
+    n: int
+
+
+def estimate(groups: Sequence[Sequence[float]]) -> Estimate:
+    """The mean of all values, grouped by prompt, and its standard error clustered by prompt (the k
+    completions of one prompt are not independent draws): with prompt totals y_i over m_i values and
+    r = sum(y) / sum(m), SE = sqrt(sum((y_i - r m_i)^2) / (n (n - 1))) / mean(m). With one value per
+    prompt this is the sample std (n - 1 denominator) over sqrt(n); for a rate, sqrt(p (1 - p) / (n - 1)).
+    NaN when n < 2."""
+    n = len(groups)
+    totals = [sum(group) for group in groups]
+    sizes = [len(group) for group in groups]
+    mean = sum(totals) / sum(sizes)
+    if n < 2:
+        return Estimate(mean, math.nan, n)
+    spread = sum((total - mean * size) ** 2 for total, size in zip(totals, sizes))
+    return Estimate(mean, math.sqrt(spread / (n * (n - 1))) / (sum(sizes) / n), n)
+
+
+def summarize(per_prompt: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, Estimate]:
+    """The estimate of each metric over the prompts that have it."""
+    groups: dict[str, list[Sequence[float]]] = defaultdict(list)
+    for values in per_prompt:
+        for name, group in values.items():
+            if group:
+                groups[name].append(group)
+    return {name: estimate(groups[name]) for name in sorted(groups)}
+
+
+def flatten(estimates: Mapping[str, Estimate]) -> dict[str, float]:
+    """NAME: mean, NAME/se, NAME/n for each metric: the flat form that logs and JSON files keep."""
+    flat: dict[str, float] = {}
+    for name, found in estimates.items():
+        flat.update({name: found.mean, name + SE_SUFFIX: found.se, name + N_SUFFIX: found.n})
+    return flat
+
+
+def is_statistic(name: str) -> bool:
+    """Whether `name` is a metric's standard error or count rather than a metric."""
+    return name.endswith((SE_SUFFIX, N_SUFFIX))

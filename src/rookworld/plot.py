@@ -2,8 +2,9 @@
 one or more runs.
 
 Reads the files RunLogger writes (metrics.jsonl, eval.jsonl); draws a panel for each known training
-metric that some run has, and one per eval metric (greedy solid, sampled dashed). Matplotlib draws
-off-screen (no display needed).
+metric that some run has, one per eval metric (greedy solid, sampled dashed, a band of ± one standard
+error where NAME/se was logged), and a stacked bar chart of the greedy move-quality bands (P/band/...)
+at each eval step. Matplotlib draws off-screen (no display needed).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import numpy as np
 
 from rookworld.errors import UserError
 from rookworld.log import EVAL_FILE, METRICS_FILE, read_records
+from rookworld.metrics import BAND_PREFIX, SE_SUFFIX, is_statistic
+from rookworld.quality import BANDS
 
 # (panel title, metric keys drawn in it); a panel appears when some run logged one of its keys
 TRAIN_PANELS: list[tuple[str, tuple[str, ...]]] = [
@@ -34,6 +37,9 @@ TRAIN_PANELS: list[tuple[str, tuple[str, ...]]] = [
 ]
 SAMPLED_PREFIX = "eval/sampled/"  # the trainer's sampled eval; its greedy twin is "eval/" + the same name
 LINE_STYLES = ("-", "--", ":", "-.")
+BAND_KEYS = tuple(f"eval/{BAND_PREFIX}{name}" for name, _ in BANDS)  # the greedy eval's band shares, best first
+BAND_COLORS = ("#1a9850", "#91cf60", "#d9ef8b", "#fee08b", "#fc8d59", "#d73027")  # green (best) to red (blunder)
+RUN_HATCHES = ("", "//", "..", "xx")  # tells the runs' bars apart
 Series = tuple[np.ndarray, np.ndarray]  # (steps, values), values NaN where logged as null
 
 
@@ -84,16 +90,19 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     return averaged
 
 
-Panel = tuple[str, tuple[str, ...], str]  # (title, keys, "train" or "eval")
+Panel = tuple[str, tuple[str, ...], str]  # (title, keys, "train", "eval" or "bands")
+BANDS_PANEL: Panel = ("held-out move quality of the greedy B: move", BAND_KEYS, "bands")
 
 
 def panels_for(runs: Sequence[Run]) -> list[Panel]:
     """The known training panels that some run has a key of, then one panel per eval metric holding its greedy
-    and sampled keys."""
+    and sampled keys, then the move-quality bands when some run logged them."""
     panels = [(title, keys, "train") for title, keys in TRAIN_PANELS if any(k in r.train for r in runs for k in keys)]
     names = sorted({key.removeprefix(SAMPLED_PREFIX).removeprefix("eval/") for run in runs for key in run.eval})
-    names = [name for name in names if not name.startswith("count/")]  # sample counts, not quality
-    return panels + [(f"held-out {name}", (f"eval/{name}", f"{SAMPLED_PREFIX}{name}"), "eval") for name in names]
+    # counts and standard errors are not curves of their own; the bands share one bar chart
+    names = [name for name in names if not (name.startswith(("count/", BAND_PREFIX)) or is_statistic(name))]
+    panels += [(f"held-out {name}", (f"eval/{name}", f"{SAMPLED_PREFIX}{name}"), "eval") for name in names]
+    return panels + [BANDS_PANEL] * any(BAND_KEYS[0] in run.eval for run in runs)
 
 
 def _run_names(run_dirs: Sequence[str | Path]) -> list[str]:
@@ -119,11 +128,60 @@ def _draw_panel(ax, panel: Panel, runs: Sequence[Run], smooth: int) -> None:
                 values = moving_average(values, smooth)
             ax.plot(steps, values, color=color, linestyle=style, marker="o" if source == "eval" else None,
                     markersize=3, label=label)
+            if key + SE_SUFFIX in series:
+                _se_steps, se = series[key + SE_SUFFIX]
+                ax.fill_between(steps, values - se, values + se, color=color, alpha=0.15, linewidth=0)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[1]:
         ax.legend(fontsize=8)
+
+
+def _draw_bands(ax, runs: Sequence[Run]) -> None:
+    """Stacked bars of the band shares at each eval step, the runs side by side (hatched apart)."""
+    from matplotlib.patches import Patch
+
+    with_bands = [run for run in runs if BAND_KEYS[0] in run.eval]
+    steps = np.unique(np.concatenate([run.eval[BAND_KEYS[0]][0] for run in with_bands]))
+    width = 0.8 * (np.diff(steps).min() if len(steps) > 1 else 1.0) / len(with_bands)
+    handles = []
+    for index, run in enumerate(with_bands):
+        hatch = RUN_HATCHES[index % len(RUN_HATCHES)]
+        x = run.eval[BAND_KEYS[0]][0] + (index - (len(with_bands) - 1) / 2) * width
+        bottom = np.zeros(len(x))
+        for (name, _), key, color in zip(BANDS, BAND_KEYS, BAND_COLORS):
+            shares = np.nan_to_num(run.eval[key][1])
+            ax.bar(x, shares, width, bottom=bottom, color=color, hatch=hatch, edgecolor="white",
+                   label=name if index == 0 else None)
+            bottom += shares
+        handles.append(Patch(facecolor="lightgray", hatch=hatch, label=run.name))
+    ax.set_title(BANDS_PANEL[0], fontsize=10)
+    ax.set_xlabel("step")
+    ax.set_ylabel("share of moves")
+    ax.set_ylim(0, 1)
+    band_handles, _labels = ax.get_legend_handles_labels()
+    ax.legend(handles=band_handles + (handles if len(with_bands) > 1 else []), fontsize=7, ncols=3)
+
+
+def figure_of(runs: Sequence[Run], smooth: int = 1):
+    """The dashboard figure of loaded runs: a grid of their panels, 3 columns wide."""
+    from matplotlib.figure import Figure  # Figure without pyplot: no GUI backend, no global state
+
+    panels = panels_for(runs)
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure = Figure(figsize=(5.5 * columns, 3.4 * rows), layout="constrained")
+    figure.suptitle(" vs ".join(run.name for run in runs) + (f"  (smoothed over {smooth} steps)" if smooth > 1 else ""))
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels):
+        if panel[2] == "bands":
+            _draw_bands(ax, runs)
+        else:
+            _draw_panel(ax, panel, runs, smooth)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    return figure
 
 
 def dashboard(run_dirs: Sequence[str | Path], out: str | Path | None = None, smooth: int = 1) -> Path:
@@ -133,23 +191,11 @@ def dashboard(run_dirs: Sequence[str | Path], out: str | Path | None = None, smo
     if smooth < 1:
         raise UserError(f"--smooth must be a window of at least 1 step, got {smooth}")
     runs = [load_run(d, name) for d, name in zip(run_dirs, _run_names(run_dirs))]
-    panels = panels_for(runs)
-    if not panels:
+    if not panels_for(runs):
         known = ", ".join(k for _title, keys in TRAIN_PANELS for k in keys)
         raise UserError(f"nothing to plot in {', '.join(map(str, run_dirs))}: none of {known} was logged, "
                         f"and there is no {EVAL_FILE}")
-
-    from matplotlib.figure import Figure  # Figure without pyplot: no GUI backend, no global state
-
-    columns = min(3, len(panels))
-    rows = math.ceil(len(panels) / columns)
-    figure = Figure(figsize=(5.5 * columns, 3.4 * rows), layout="constrained")
-    figure.suptitle(" vs ".join(run.name for run in runs) + (f"  (smoothed over {smooth} steps)" if smooth > 1 else ""))
-    axes = figure.subplots(rows, columns, squeeze=False).ravel()
-    for ax, panel in zip(axes, panels):
-        _draw_panel(ax, panel, runs, smooth)
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
+    figure = figure_of(runs, smooth)
     out_path = Path(out) if out is not None else Path(run_dirs[0]) / "dashboard.png"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     try:

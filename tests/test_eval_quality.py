@@ -1,0 +1,163 @@
+"""Move-quality metrics (ACPL, expected-score loss, bands), best of k, standard errors and `--split` of
+`rookworld eval`, on constructed completions whose answers are known, with the real engine."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from rookworld import cli, metrics, text
+from rookworld.analysis import Analysis, expected_score
+from rookworld.data.record import Sample, a_sample
+from rookworld.data.rows import from_line
+from rookworld.data.splits import split_of
+from rookworld.evaluate import EvalConfig, evaluate_completions, evaluate_model
+from rookworld.quality import LOSS_CAP_PAWNS, judge_moves
+from rookworld.stockfish import Limit, StockfishPool
+
+MATE_IN_ONE = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30"  # a1a8#; a1a2 keeps a rook but gives up the mate
+FAST = Limit(depth=8)
+
+
+def completion(best: str | None) -> str:
+    """A well-formed P completion naming `best` after B: (None: the B: field left out)."""
+    full = text.p_target(MATE_IN_ONE, ["a1a8", "a1a2", "g1f1", "g1f2", "g1h1"], [99.0, 5.0, 4.0, 4.0, 4.0],
+                         best or "a1a8")
+    return full if best else full.rsplit("B:", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with StockfishPool(processes=1) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def sample(engine):
+    """A P sample of the mate in one whose stored analysis is the engine's at FAST (so it is the truth)."""
+    analysis = engine.analyse([MATE_IN_ONE], FAST)[0]
+    return Sample("P", text.p_prompt(MATE_IN_ONE), text.p_target(MATE_IN_ONE, analysis.moves, analysis.evals,
+                                                                 analysis.moves[0]), analysis)
+
+
+@pytest.fixture(scope="module")
+def blunder_loss(engine, sample) -> float:
+    return judge_moves(engine, [(MATE_IN_ONE, "a1a2")], FAST, [sample.analysis])[0].loss
+
+
+@pytest.mark.stockfish
+def test_acpl_expected_score_loss_and_bands_of_known_moves(engine, sample, blunder_loss):
+    groups = [[completion("a1a8")], [completion("a1a2")], [completion("e1e3")], [completion(None)]]
+    result = evaluate_completions([sample] * 4, groups, engine, limit=FAST)
+    assert 3.0 < blunder_loss < LOSS_CAP_PAWNS
+    # best 0, the blunder its loss, an illegal and a missing B: move the cap
+    assert result["P/acpl"] == pytest.approx((0.0 + blunder_loss + 2 * LOSS_CAP_PAWNS) / 4)
+    assert result["P/acpl/n"] == 4
+    mate = expected_score(sample.analysis.evals[0])
+    assert 0.0 < result["P/expected_score_loss"] < 3 * mate / 4  # the blunder loses less than a forfeit
+    assert result["P/expected_score_loss"] > 2 * mate / 4  # the two forfeits lose all the mate's expected score
+    assert {k.removeprefix(metrics.BAND_PREFIX): v for k, v in result.items()
+            if k.startswith(metrics.BAND_PREFIX) and not metrics.is_statistic(k)} == {
+        "best": 0.25, "excellent": 0.0, "good": 0.0, "inaccuracy": 0.0, "mistake": 0.0, "blunder": 0.75}
+    assert result["P/best_move_acc"] == 0.25 and result["P/best_move_legal"] == 0.5
+
+
+@pytest.mark.stockfish
+def test_best_of_k_takes_each_prompts_smallest_loss(engine, sample, blunder_loss):
+    groups = [[completion("a1a2"), completion("a1a8"), completion("e1e3")],
+              [completion("e1e3"), completion(None), completion("a1a2")]]
+    result = evaluate_completions([sample, sample], groups, engine, limit=FAST)
+    assert result["P/acpl@3"] == pytest.approx(blunder_loss / 2) and result["P/acpl@3/n"] == 2
+    assert result["P/best_move_acc@3"] == 0.5
+    assert result["P/acpl"] == pytest.approx((2 * blunder_loss + 3 * LOSS_CAP_PAWNS) / 6)
+    # clustered by prompt: the two prompts' means differ by 10/3 pawns, so SE = (10/3) / 2
+    assert result["P/acpl/n"] == 2 and result["P/acpl/se"] == pytest.approx(10 / 6)
+
+
+@pytest.mark.stockfish
+def test_trainers_call_gets_the_quality_metrics(engine, gpt2_tokenizer):
+    """evaluate_model(model, tokenizer, samples, cfg, pool), as train.py calls it, at the label limit; a random
+    model writes no B: move, so every move is the cap."""
+    import torch
+
+    from rookworld.model import GPT, GPTConfig
+
+    stale = Analysis(MATE_IN_ONE, ("a1a2",), (5.0,), "depth=2")  # not the label limit: the engine is asked
+    p = Sample("P", text.p_prompt(MATE_IN_ONE), text.p_target(MATE_IN_ONE, ["a1a2"], [5.0], "a1a2"), stale)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=gpt2_tokenizer.vocab_size, n_positions=512, n_embd=32, n_layer=2, n_head=2))
+    result = evaluate_model(model, gpt2_tokenizer, [p], EvalConfig(), engine)
+    assert result["P/acpl"] == LOSS_CAP_PAWNS and result["P/band/blunder"] == 1.0
+    assert result["P/expected_score_loss"] == pytest.approx(expected_score(999.0), abs=1e-3)  # the mate, forfeit
+    assert math.isnan(result["P/acpl/se"]) and result["P/acpl/n"] == 1
+
+
+def test_standard_error_on_constructed_values():
+    rate = metrics.estimate([[1.0], [0.0], [1.0], [1.0]])
+    assert rate.mean == 0.75 and rate.n == 4
+    assert rate.se == pytest.approx(math.sqrt(0.75 * 0.25 / 3))  # sqrt(p (1 - p) / (n - 1))
+    values = [2.0, 7.0, 1.0, 4.0, 4.0]
+    assert metrics.estimate([[v] for v in values]).se == pytest.approx(np.std(values, ddof=1) / math.sqrt(5))
+    # k completions per prompt: the SE of the per-prompt means
+    clustered = metrics.estimate([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    assert clustered.mean == pytest.approx(0.5) and clustered.n == 3
+    assert clustered.se == pytest.approx(np.std([0.5, 1.0, 0.0], ddof=1) / math.sqrt(3))
+    # unequal sizes: r = 11/4, residuals -0.75 and 0.75, sqrt(1.125 / 2) / mean size 2
+    assert metrics.estimate([[2.0], [1.0, 3.0, 5.0]]).se == pytest.approx(0.375)
+    assert math.isnan(metrics.estimate([[1.0, 0.0]]).se)
+
+
+FEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+
+
+def test_results_carry_se_and_n_beside_each_metric():
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    result = evaluate_completions([a] * 4, [[a.target], [a.target], [a.target], ["garbage"]])
+    assert result["A/exact"] == 0.75 and result["A/exact/n"] == 4
+    assert result["A/exact/se"] == pytest.approx(math.sqrt(0.75 * 0.25 / 3))
+    assert "count/A/se" not in result and "P/acpl" not in result  # no pool: no move quality
+
+
+def file_rows(fixtures_dir, p_per_split: int = 1, a_per_split: int = 3) -> list[str]:
+    """Real P lines and A rows, `p_per_split` / `a_per_split` of each in the eval split, twice as many in
+    train (chosen by the position hash, so the file's split is known)."""
+    p_lines = (fixtures_dir / "rook_val_sample.txt").read_text().splitlines()
+    a_items = json.loads((fixtures_dir / "a_task_openings_sample.json").read_text())
+    a_lines = [item["prompt"] + item["expected_fen"] + "+0.001+0+0" for item in a_items]
+    chosen = []
+    for lines, per_split in ((p_lines, p_per_split), (a_lines, a_per_split)):
+        for split, count in (("eval", per_split), ("train", 2 * per_split)):
+            chosen += [line for line in lines if split_of(from_line(line).fen) == split][:count]
+    return chosen
+
+
+@pytest.mark.stockfish
+def test_split_scores_the_eval_rows_by_default_and_every_row_with_all(tmp_path, fixtures_dir, capsys):
+    rows = file_rows(fixtures_dir)
+    data = tmp_path / "mine.txt"
+    data.write_text("\n".join(rows) + "\n")
+    cache = tmp_path / "sf.sqlite"
+    common = ["eval", "--data", str(data), "--threads", "1", "--processes", "1", "--cache", str(cache)]
+    for split, scored in ((None, 4), ("train", 8), ("all", 12)):
+        out = tmp_path / f"{split}.json"
+        assert cli.main(common + ["--out", str(out)] + (["--split", split] if split else [])) == 0
+        printed = capsys.readouterr().out
+        said = printed.splitlines()[0]
+        which = "--split all" if split == "all" else f"the {split or 'eval'} split; --split all scores every row"
+        assert said == f"scoring {scored} of 12 rows of {data} ({which})"
+        (result,) = json.loads(out.read_text()).values()
+        assert result["count/P"] + result["count/A"] == scored and result["P/acpl/n"] == scored // 4
+        assert "P/acpl/se" in result and f"(n={scored // 4})" in printed
+    with sqlite3.connect(cache) as db:  # the judged positions, kept for the next eval
+        assert db.execute("SELECT COUNT(DISTINCT fen) FROM results").fetchone()[0] >= 3
+
+
+def test_split_is_for_data_not_predictions(tmp_path, capsys):
+    path = tmp_path / "pred.jsonl"
+    path.write_text(json.dumps({"prompt": "A: " + FEN + "+f1b5+f1b5+", "completion": ""}) + "\n")
+    assert cli.main(["eval", "--predictions", str(path), "--split", "all", "--processes", "1"]) == 2
+    assert "--split" in capsys.readouterr().err
