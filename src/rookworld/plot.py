@@ -161,7 +161,8 @@ def _draw_bands(ax, runs: Sequence[Run]) -> None:
     ax.set_ylabel("share of moves")
     ax.set_ylim(0, 1)
     band_handles, _labels = ax.get_legend_handles_labels()
-    ax.legend(handles=band_handles + (handles if len(with_bands) > 1 else []), fontsize=7, ncols=3)
+    ax.legend(handles=band_handles + (handles if len(with_bands) > 1 else []), fontsize=7,
+              loc="center left", bbox_to_anchor=(1.0, 0.5))  # beside the bars, which fill the height
 
 
 def figure_of(runs: Sequence[Run], smooth: int = 1):
