@@ -12,6 +12,7 @@ import torch
 from conftest import FIXTURES
 
 from rookworld import arbiter, checkpoint, cli
+from rookworld.data.batches import balanced_subset
 from rookworld.data.fresh import FreshASamples
 from rookworld.data.record import Sample, a_sample
 from rookworld.data.rows import from_line
@@ -20,7 +21,6 @@ from rookworld.hub import load_model, read_metadata
 from rookworld.sft import (
     Packer,
     SFTConfig,
-    balanced_subset,
     encode_samples,
     main,
     packed_document,

@@ -181,6 +181,13 @@ def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_
     assert all(torch.equal(a[k], b[k]) for k in a)  # evaluation draws from its own random stream
 
 
+def test_periodic_eval_is_half_p_half_a_drawn_from_the_whole_split(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    _, evals = train.load_data(tiny_config(model_dir, data, tmp_path / "run", eval_every=1, eval_limit=8))
+    assert [s.task for s in evals] == ["P"] * 4 + ["A"] * 4
+    assert train.load_data(tiny_config(model_dir, data, tmp_path / "run", eval_every=0))[1] == []
+
+
 def test_nonfinite_loss_skips_the_step(tiny_run_inputs, tmp_path, monkeypatch):
     model_dir, data = tiny_run_inputs
     real_loss = grpo.loss

@@ -232,21 +232,6 @@ class TrainStream:
         self._rng.bit_generator.state = state["rng"]
 
 
-def balanced_subset(samples: Sequence[Sample], count: int, seed: int = 0) -> list[Sample]:
-    """count/2 P and count/2 A samples drawn at random (seeded), all of one task when the other runs
-    short. Random, not the first ones: generated files list each shard's rare A cases first."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    by_task = {task: [s for s in samples if s.task == task] for task in ("P", "A")}
-    n_p = min(len(by_task["P"]), max(count // 2, count - len(by_task["A"])))
-    chosen = []
-    for task, n in (("P", n_p), ("A", min(count - n_p, len(by_task["A"])))):
-        picks = sorted(rng.choice(len(by_task[task]), size=n, replace=False).tolist())
-        chosen += [by_task[task][i] for i in picks]
-    return chosen
-
-
 def fitting(samples: Sequence[Sample], tokenizer: Tokenizer, context: int, what: str) -> list[Sample]:
     """The samples whose whole document fits the model's context; the rest are dropped and counted."""
     kept = [s for s, (ids, _) in zip(samples, encode_samples(tokenizer, samples)) if len(ids) <= context]
@@ -342,6 +327,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     import torch
 
     from rookworld import checkpoint
+    from rookworld.data.batches import balanced_subset
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, evaluate_model
     from rookworld.hub import load_model, read_metadata, save_model

@@ -105,3 +105,16 @@ class TaskSampler:
         self._epoch = dict(state["epoch"])
         self._cursor = dict(state["cursor"])
         self._rng.bit_generator.state = state["rng"]
+
+
+def balanced_subset(samples: Sequence[Sample], count: int, seed: int = 0) -> list[Sample]:
+    """count/2 P and count/2 A samples drawn at random (seeded), all of one task when the other runs
+    short. Random, not the first ones: generated files list each shard's rare A cases first."""
+    rng = np.random.default_rng(seed)
+    by_task = {task: [s for s in samples if s.task == task] for task in ("P", "A")}
+    n_p = min(len(by_task["P"]), max(count // 2, count - len(by_task["A"])))
+    chosen = []
+    for task, n in (("P", n_p), ("A", min(count - n_p, len(by_task["A"])))):
+        picks = sorted(rng.choice(len(by_task[task]), size=n, replace=False).tolist())
+        chosen += [by_task[task][i] for i in picks]
+    return chosen
