@@ -271,7 +271,7 @@ def best(out_dir: str | Path) -> Path | None:
 
 
 def read_info(ckpt_dir: str | Path) -> dict[str, Any]:
-    """trainer_state.json of a checkpoint: step, time, metrics."""
+    """trainer_state.json of a checkpoint: step, time, metrics, files (sizes and CRC-32s)."""
     return json.loads((Path(ckpt_dir) / STATE_JSON).read_text(encoding="utf-8"))
 
 
