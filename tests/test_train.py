@@ -183,8 +183,10 @@ def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_
 
 def test_periodic_eval_is_half_p_half_a_drawn_from_the_whole_split(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
-    _, evals = train.load_data(tiny_config(model_dir, data, tmp_path / "run", eval_every=1, eval_limit=8))
+    _, evals = train.load_data(tiny_config(model_dir, "embedded", tmp_path / "run", eval_every=1, eval_limit=8))
     assert [s.task for s in evals] == ["P"] * 4 + ["A"] * 4
+    _, few = train.load_data(tiny_config(model_dir, data, tmp_path / "run", eval_every=1, eval_limit=8))
+    assert len(few) < 8 and {s.task for s in few} == {"P"}  # this small file's eval split holds 2 P rows only
     assert train.load_data(tiny_config(model_dir, data, tmp_path / "run", eval_every=0))[1] == []
 
 
