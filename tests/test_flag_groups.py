@@ -9,6 +9,7 @@ import pytest
 from rookworld import cli, grpo
 from rookworld.config import add_config_arguments
 from rookworld.flag_groups import ADVANCED, SFT, TRAIN
+from rookworld.rewards import RewardConfig
 from rookworld.sft import SFTConfig
 from rookworld.train import TrainConfig
 
@@ -17,7 +18,8 @@ def _placed(sections):
     return [name for names in sections.values() for name in names]
 
 
-@pytest.mark.parametrize("sections, classes", [(TRAIN, [TrainConfig, grpo.GRPOConfig]), (SFT, [SFTConfig])])
+@pytest.mark.parametrize("sections, classes", [(TRAIN, [TrainConfig, grpo.GRPOConfig, RewardConfig]),
+                                               (SFT, [SFTConfig])])
 def test_every_field_in_exactly_one_section(sections, classes):
     placed = _placed(sections)
     fields = [f.name for cls in classes for f in dataclasses.fields(cls)]
@@ -25,7 +27,7 @@ def test_every_field_in_exactly_one_section(sections, classes):
 
 
 def test_advanced_names_are_real_fields():
-    known = {f.name for cls in (TrainConfig, grpo.GRPOConfig, SFTConfig) for f in dataclasses.fields(cls)}
+    known = {f.name for cls in (TrainConfig, grpo.GRPOConfig, RewardConfig, SFTConfig) for f in dataclasses.fields(cls)}
     assert known >= ADVANCED
 
 
