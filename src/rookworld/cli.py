@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rookworld.train", "GRPO fine-tuning (default: the embedded model and dataset)"),
     "inspect": ("rookworld.inspect_step", "one GRPO step told in full: completions, rewards, loss parts"),
     "play": ("rookworld.play", "games of a model against a random mover or Stockfish: score, ACPL, JSON + PGN"),
+    "uci": ("rookworld.uci", "the model as a UCI engine on stdin/stdout, for chess GUIs and engine matches"),
 }
 
 

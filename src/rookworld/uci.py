@@ -1,0 +1,114 @@
+"""`rookworld uci [--model M] [--threads K] [--seed S]`: the model as a UCI engine on stdin/stdout.
+
+Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` (whatever its
+limits) the model answers with its greedy `B:` move (`player.ModelPlayer`). When that move is illegal
+or missing, the engine plays the legal move its own `M:`/`E:` list rates best, else a random legal
+move (seeded), and says which in an `info string`. Searches are not interruptible: `stop` has nothing
+to stop, since `go` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+import chess
+
+from rookworld.player import Choice, ModelPlayer
+from rookworld.quality import _legal_move
+from rookworld.text import parse_p_completion
+
+ENGINE_NAME = "rookworld"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: every core; 1 when the GUI runs other engines)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random fallback move (default: 0)")
+
+
+def fallback(board: chess.Board, choice: Choice) -> tuple[chess.Move, str | None]:
+    """The move to play for a choice and what to say about it: the model's own `B:` move (nothing to say),
+    else the legal move of its `M:` list with the highest `E:` eval, else the choice's random legal move."""
+    if choice.own:
+        return choice.move, None
+    parsed = parse_p_completion(choice.completion)
+    said = f"B: {parsed.best!r} is not a legal move" if parsed.best else "no B: move"
+    listed = [(parsed.evals[i] if i < len(parsed.evals) else float("-inf"), i, move)
+              for i, uci in enumerate(parsed.moves) if (move := _legal_move(board.fen(), uci)) is not None]
+    if listed:
+        move = max(listed, key=lambda item: (item[0], -item[1]))[2]  # best eval; the earlier on ties
+        return move, f"{said}; played {move.uci()}, the best legal move of the model's M:/E: list"
+    return choice.move, f"{said} and no M: move is legal; played the random legal move {choice.move.uci()}"
+
+
+def parse_position(tokens: list[str]) -> chess.Board:
+    """The board of `position startpos|fen <6 fields> [moves m1 m2 ...]` (tokens after `position`);
+    ValueError for a malformed command or an illegal move."""
+    if not tokens:
+        raise ValueError("position needs startpos or fen")
+    if "moves" in tokens:
+        cut = tokens.index("moves")
+        setup, moves = tokens[:cut], tokens[cut + 1:]
+    else:
+        setup, moves = tokens, []
+    if setup[0] == "startpos" and len(setup) == 1:
+        board = chess.Board()
+    elif setup[0] == "fen" and len(setup) > 1:
+        board = chess.Board(" ".join(setup[1:]))
+    else:
+        raise ValueError(f"position {' '.join(setup)!r}: expected startpos or fen <FEN>")
+    for uci in moves:
+        board.push_uci(uci)  # ValueError (IllegalMoveError) for a move that is not legal there
+    return board
+
+
+def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None:
+    """Answer UCI commands from `stdin` until `quit` or end of input."""
+
+    def say(line: str) -> None:
+        stdout.write(line + "\n")
+        stdout.flush()
+
+    board = chess.Board()
+    for raw in stdin:
+        tokens = raw.split()
+        if not tokens:
+            continue
+        command, rest = tokens[0], tokens[1:]
+        if command == "uci":
+            say(f"id name {ENGINE_NAME} ({name})")
+            say(f"id author {ENGINE_NAME}")
+            say("uciok")
+        elif command == "isready":
+            say("readyok")
+        elif command == "ucinewgame":
+            board = chess.Board()
+        elif command == "position":
+            try:
+                board = parse_position(rest)
+            except ValueError as exc:
+                say(f"info string ignored position: {exc}")
+        elif command == "go":
+            if not any(board.legal_moves):
+                say("bestmove 0000")  # mate or stalemate: UCI's null move
+                continue
+            move, note = fallback(board, player.choose([board])[0])
+            if note:
+                say(f"info string {note}")
+            say(f"bestmove {move.uci()}")
+        elif command == "quit":
+            return
+        # `stop`, `setoption`, `debug`, `register`, `ponderhit` and unknown commands: nothing to do (UCI: ignore)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rookworld.errors import UserError
+
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
+    serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
+    return 0

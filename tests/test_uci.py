@@ -1,0 +1,71 @@
+"""`rookworld uci`: the model as a UCI engine, driven by python-chess's own UCI client."""
+
+from __future__ import annotations
+
+import io
+import random
+import sys
+
+import chess
+import chess.engine
+import pytest
+
+from rookworld.player import Choice, ModelPlayer
+from rookworld.uci import fallback, parse_position, serve
+
+START = chess.Board()
+
+
+def test_fallback_prefers_the_model_then_its_own_list_then_a_legal_move():
+    own = Choice(chess.Move.from_uci("e2e4"), True, "M: e2e4 d2d4 E: 0.3 0.2 B: e2e4")
+    assert fallback(START, own) == (own.move, None)
+    listed = "M: e2e5 g1f3 d2d4 b1c3 E: 0.9 0.1 0.3 0.3 B: e2e5"  # e2e5 is illegal; d2d4 ties b1c3 and comes first
+    move, note = fallback(START, Choice(chess.Move.from_uci("a2a3"), False, listed))
+    assert move == chess.Move.from_uci("d2d4") and "'e2e5' is not a legal move" in note and "M:/E:" in note
+    garbage = Choice(chess.Move.from_uci("h2h3"), False, "nonsense")
+    move, note = fallback(START, garbage)
+    assert move == garbage.move and "no B: move" in note and "random legal move h2h3" in note
+
+
+def test_position_commands():
+    assert parse_position(["startpos"]) == START
+    board = parse_position(["startpos", "moves", "e2e4", "e7e5", "g1f3"])
+    assert board.fen() == "rnbqkbnr/pppp1ppp/8/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R b KQkq - 1 2"
+    fen = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30"
+    assert parse_position(["fen", *fen.split(), "moves", "a1a8"]).is_checkmate()
+    for bad in ([], ["fen"], ["middlegame"], ["startpos", "moves", "e2e5"]):
+        with pytest.raises(ValueError):
+            parse_position(bad)
+
+
+def test_serve_answers_every_command_with_the_embedded_model():
+    player = ModelPlayer.load(threads=1)
+    commands = ["uci", "isready", "setoption name Hash value 16", "ucinewgame", "position startpos moves e2e4",
+                "go wtime 1000 btime 1000", "position nonsense", "stop",
+                "position fen 6k1/5ppp/8/8/8/8/5PPP/3r2K1 w - - 0 30", "go depth 5", "quit", "isready"]
+    out = io.StringIO()
+    serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
+    lines = out.getvalue().splitlines()
+    assert lines[:4] == ["id name rookworld (test)", "id author rookworld", "uciok", "readyok"]
+    first = next(line for line in lines if line.startswith("bestmove"))
+    assert chess.Move.from_uci(first.split()[1]) in parse_position(["startpos", "moves", "e2e4"]).legal_moves
+    assert any(line.startswith("info string ignored position") for line in lines)
+    assert lines[-1] == "bestmove 0000"  # white is mated there; and nothing is answered after quit
+
+
+def test_python_chess_plays_a_short_game_against_it():
+    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1"]
+    engine = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
+    try:
+        assert engine.id["name"] == "rookworld (embedded model)"
+        board, rng = chess.Board(), random.Random(0)
+        for _ in range(4):  # the engine plays white, a random mover black
+            result = engine.play(board, chess.engine.Limit(time=0.1))
+            assert result.move in board.legal_moves
+            board.push(result.move)
+            if board.is_game_over():
+                break
+            board.push(rng.choice(list(board.legal_moves)))
+        assert len(board.move_stack) >= 7
+    finally:
+        engine.quit()
