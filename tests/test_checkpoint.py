@@ -228,6 +228,20 @@ def test_a_stray_old_copy_next_to_a_complete_checkpoint_is_ignored_and_removed(t
     assert saved_step(checkpoint.latest(tmp_path)) == 2 and leftovers(tmp_path) == []
 
 
+def test_clear_debris_removes_what_a_cut_off_final_save_left(tmp_path):
+    save_step(tmp_path, 1, keep_last=0)
+    (tmp_path / ".tmp-checkpoint-last-abc").mkdir()  # a save killed before its rename
+    old = tmp_path / "checkpoint-last.old"
+    old.mkdir()
+    (old / "model.safetensors").write_bytes(b"partly deleted")
+    checkpoint.clear_debris(tmp_path)
+    assert leftovers(tmp_path) == [] and saved_step(checkpoint.latest(tmp_path)) == 1
+    # without a whole checkpoint-last the .old copy is the checkpoint to resume from: it stays
+    (tmp_path / "checkpoint-last").rename(old)
+    checkpoint.clear_debris(tmp_path)
+    assert leftovers(tmp_path) == ["checkpoint-last.old"] and saved_step(checkpoint.latest(tmp_path)) == 1
+
+
 def test_resuming_from_an_earlier_checkpoint_drops_the_abandoned_later_ones(tmp_path):
     for step in (100, 200, 300):
         save_step(tmp_path, step, keep_last=5)

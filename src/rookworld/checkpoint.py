@@ -119,6 +119,17 @@ def _remove_strays(out: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def clear_debris(out_dir: str | Path) -> None:
+    """What a crash in a save leaves when no save follows (a run resumed after its final save was cut
+    off): temporary directories, and `.old` copies beside a whole checkpoint-last or checkpoint-best.
+    Call from one process, when no save is under way (on resume)."""
+    out = Path(out_dir)
+    _remove_strays(out)
+    for name in (LAST, BEST):
+        if (out / name).is_dir() and is_complete(out / name) and damage(out / name) is None:
+            shutil.rmtree(old_path(out / name), ignore_errors=True)
+
+
 def step_checkpoints(out_dir: str | Path) -> list[tuple[int, Path]]:
     """(step, dir) of the complete checkpoint-step-N directories, oldest first."""
     found = []

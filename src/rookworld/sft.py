@@ -343,6 +343,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     state: dict[str, Any] | None = None
     if resume:
         found = training.resume_checkpoint(out)
+        checkpoint.clear_debris(out)
         state = checkpoint.load_state(found)
         model, tokenizer = load_model(found)
     elif cfg.init_from:

@@ -566,6 +566,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     state = RunState()
     if resume_dir is not None:
         saved = checkpoint.load_state(resume_dir)
+        if d.main:
+            checkpoint.clear_debris(out)
         optimizer.load_state_dict(saved["optimizer"])
         sampler.load_state_dict(saved["sampler"])
         beta_ctl.load_state_dict(saved["beta"])
