@@ -219,3 +219,15 @@ def _first_en_passant(board: chess.Board, earlier: Sequence[chess.Move], rebuilt
         if candidate.status() == chess.STATUS_VALID and candidate.has_legal_en_passant():
             return False, None
     return True, None
+
+
+def legal_move(board: chess.Board, uci: str | None) -> chess.Move | None:
+    """The legal move `uci` names on `board` (king-takes-rook castling such as e1h1 included, as python-chess
+    reads it); None for a missing, non-UCI or illegal move, and for the null move 0000."""
+    if not uci:
+        return None
+    try:
+        move = board.parse_uci(uci)
+    except ValueError:  # not UCI, or not legal here
+        return None
+    return move or None  # the null move 0000 parses, but is no move

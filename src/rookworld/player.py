@@ -14,7 +14,7 @@ from pathlib import Path
 
 import chess
 
-from rookworld.quality import _legal_move
+from rookworld.arbiter import legal_move
 from rookworld.text import p_prompt, parse_p_completion
 
 
@@ -31,7 +31,7 @@ class Choice:
 def choose_move(board: chess.Board, completion: str, rng: random.Random) -> Choice:
     """The completion's `B:` move when it is legal on `board`, else a uniformly random legal move
     drawn from `rng`. `board` must have a legal move."""
-    move = _legal_move(board.fen(), parse_p_completion(completion).best)
+    move = legal_move(board, parse_p_completion(completion).best)
     if move is not None:
         return Choice(move, True, completion)
     return Choice(rng.choice(list(board.legal_moves)), False, completion)

@@ -12,10 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import chess
-
 from rookworld.analysis import Analysis, clip_pawns, expected_score
-from rookworld.arbiter import parse_fen
+from rookworld.arbiter import legal_move, parse_fen
 
 if TYPE_CHECKING:
     from rookworld.stockfish import Limit, StockfishPool
@@ -53,17 +51,6 @@ def judge(best_eval: float, move_eval: float | None) -> MoveQuality:
                        score_loss=max(0.0, expected_score(best_eval) - expected_score(move_eval)))
 
 
-def _legal_move(fen: str, uci: str | None) -> chess.Move | None:
-    if not uci:
-        return None
-    board = parse_fen(fen)
-    try:
-        move = board.parse_uci(uci)
-    except ValueError:  # not UCI, or not legal here
-        return None
-    return move or None  # the null move 0000 parses, but is no move
-
-
 def judge_moves(pool: StockfishPool, moves: Sequence[tuple[str, str | None]], limit: Limit | None = None,
                 analyses: Sequence[Analysis | None] | None = None) -> list[MoveQuality]:
     """The quality of each (FEN, UCI move or None) at `limit` (default LABEL_LIMIT), with two batched
@@ -80,7 +67,7 @@ def judge_moves(pool: StockfishPool, moves: Sequence[tuple[str, str | None]], li
     found = dict(zip(missing, pool.analyse(missing, limit, multipv=1))) if missing else {}
     truths_of = [truth or found[fen] for (fen, _), truth in zip(moves, truths_of)]
 
-    legal = [_legal_move(fen, uci) for fen, uci in moves]
+    legal = [legal_move(parse_fen(fen), uci) for fen, uci in moves]
     requests = list(dict.fromkeys((fen, move.uci()) for (fen, _), move, truth in zip(moves, legal, truths_of)
                                   if move is not None and truth.eval_of(move.uci()) is None))
     searched = dict(zip(requests, pool.evaluate_moves(requests, limit))) if requests else {}

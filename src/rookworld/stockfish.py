@@ -27,7 +27,7 @@ import chess
 import chess.engine
 
 from rookworld.analysis import Analysis, mate_to_pawns
-from rookworld.arbiter import parse_fen
+from rookworld.arbiter import legal_move, parse_fen
 from rookworld.errors import UserError
 
 ENV_VAR = "ROOKWORLD_STOCKFISH"
@@ -254,13 +254,7 @@ class StockfishPool:
         """The eval in pawns of each (fen, uci) move, from the side to move's view (as `Analysis.evals`):
         a search restricted to that move. None for a move that is not legal there or not UCI."""
         boards = {fen: parse_fen(fen) for fen, _ in requests}
-        moves: dict[tuple[str, str], chess.Move | None] = {}
-        for fen, uci in requests:
-            try:
-                move = boards[fen].parse_uci(uci)  # also maps king-takes-rook castling to e1g1
-            except ValueError:
-                move = None
-            moves[fen, uci] = move or None  # the null move 0000 parses, but is no move
+        moves = {(fen, uci): legal_move(boards[fen], uci) for fen, uci in requests}
 
         def score(engine: _Engine, fen: str, move: chess.Move) -> float:
             infos = engine.search(boards[fen], limit, 1, [move])

@@ -15,8 +15,8 @@ from typing import TextIO
 
 import chess
 
+from rookworld.arbiter import legal_move
 from rookworld.player import Choice, ModelPlayer
-from rookworld.quality import _legal_move
 from rookworld.text import parse_p_completion
 
 ENGINE_NAME = "rookworld"
@@ -37,7 +37,7 @@ def fallback(board: chess.Board, choice: Choice) -> tuple[chess.Move, str | None
     parsed = parse_p_completion(choice.completion)
     said = f"B: {parsed.best!r} is not a legal move" if parsed.best else "no B: move"
     listed = [(parsed.evals[i] if i < len(parsed.evals) else float("-inf"), i, move)
-              for i, uci in enumerate(parsed.moves) if (move := _legal_move(board.fen(), uci)) is not None]
+              for i, uci in enumerate(parsed.moves) if (move := legal_move(board, uci)) is not None]
     if listed:
         move = max(listed, key=lambda item: (item[0], -item[1]))[2]  # best eval; the earlier on ties
         return move, f"{said}; played {move.uci()}, the best legal move of the model's M:/E: list"
