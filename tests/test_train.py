@@ -249,6 +249,8 @@ def test_default_rollout_chunk_gives_every_rank_prompts():
     assert train.chunk_size(cfg, train.Dist()) == 16
     assert train.chunk_size(cfg, train.Dist(rank=3, world=4)) == 4
     assert train.chunk_size(replace(cfg, rollout_chunk=16), train.Dist(rank=3, world=4)) == 16
+    with pytest.raises(ValueError, match="rollout_chunk"):
+        train.TrainConfig(rollout_chunk=0)
 
 
 def test_bad_model_path_is_one_clear_line(tmp_path, capsys):

@@ -110,7 +110,8 @@ class TrainConfig:
             (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
             (self.group_size >= 2, f"group_size must be >= 2: a group baseline needs two completions, "
                                    f"got {self.group_size}"),
-            ((self.rollout_chunk or 1) >= 1 and self.micro_batch_size >= 1, "rollout_chunk and micro_batch_size >= 1"),
+            ((self.rollout_chunk is None or self.rollout_chunk >= 1) and self.micro_batch_size >= 1,
+             "rollout_chunk and micro_batch_size must be >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
@@ -291,14 +292,15 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
     resample_rounds rounds); a replacement lives on the rank that sampled it."""
     groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg)
     summaries = shared_summaries(groups, d)
-    chunks = math.ceil(len(samples) / chunk_size(cfg, d))
+    size = chunk_size(cfg, d)
+    chunks = math.ceil(len(samples) / size)
     for _ in range(cfg.resample_rounds if cfg.zero_std == "resample" else 0):
         flat = [i for i, s in enumerate(summaries) if s.zero_std]
         if not flat:
             break
         extra = sampler.next(len(flat))
         new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg)
-        chunks += math.ceil(len(extra) / chunk_size(cfg, d))
+        chunks += math.ceil(len(extra) / size)
         for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
             if not summary.zero_std:
                 groups[i], summaries[i] = g, summary
