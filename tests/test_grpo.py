@@ -118,6 +118,56 @@ def test_advantages_need_groups_of_two():
         grpo.advantages(torch.tensor([[1.0], [0.0]]), cfg())
 
 
+def test_rloo_subtracts_the_mean_of_the_other_rewards():
+    # [1, 0, 0, 0]: the others' means are 0, 1/3, 1/3, 1/3 -> A = [1, -1/3, -1/3, -1/3]
+    out = grpo.advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.4] * 4]), cfg(baseline="rloo", std_scaling="none"))
+    assert torch.allclose(out.values[0], torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3]))
+    assert torch.equal(out.values[1], torch.zeros(4)) and out.zero_std.tolist() == [False, True]
+    # with the group std: the leave-one-out values over the std (0.5): [2, -2/3, -2/3, -2/3]
+    scaled = grpo.advantages(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), cfg(baseline="rloo"))
+    assert torch.allclose(scaled.values[0], torch.tensor([2.0, -2 / 3, -2 / 3, -2 / 3]))
+
+
+def test_ema_baseline_advantages_and_zero_std_groups():
+    rewards = torch.tensor([[1.0, 0.0], [0.8, 0.8]])
+    baseline = torch.tensor([0.25, 0.5])
+    none = grpo.advantages(rewards, cfg(baseline="ema", std_scaling="none"), baseline)
+    # R - b; the equal group keeps its signal: both above their task's average
+    assert torch.allclose(none.values, torch.tensor([[0.75, -0.25], [0.3, 0.3]]))
+    assert none.zero_std.tolist() == [False, True]
+    # group std: (R - b) / std of [1, 0] (0.7071); the equal group has no std and gets 0
+    group = grpo.advantages(rewards, cfg(baseline="ema"), baseline)
+    assert torch.allclose(group.values, torch.tensor([[0.75 / 0.707107, -0.25 / 0.707107], [0.0, 0.0]]))
+    with pytest.raises(ValueError, match="baseline 'ema' needs each group's baseline value"):
+        grpo.advantages(rewards, cfg(baseline="ema"))
+
+
+def test_ema_baseline_averages_each_task_and_round_trips():
+    ema = grpo.EMABaseline(momentum=0.75)
+    tasks = ["P", "A", "P"]
+    step1 = torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.5, 0.5]])  # P mean 0.5, A mean 1.0
+    assert torch.allclose(ema.values(tasks, step1), torch.tensor([0.5, 1.0, 0.5]))  # first step: its own mean
+    ema.update(tasks, step1)
+    step2 = torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]])  # P mean 1.0, A mean 0.0
+    assert torch.allclose(ema.values(tasks, step2), torch.tensor([0.5, 1.0, 0.5]))  # before this step's rewards
+    ema.update(tasks, step2)
+    assert ema.means == pytest.approx({"P": 0.75 * 0.5 + 0.25 * 1.0, "A": 0.75 * 1.0})
+    copy = grpo.EMABaseline(momentum=0.75)
+    copy.load_state_dict(json.loads(json.dumps(ema.state_dict())))
+    assert copy.means == ema.means
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"baseline": "median"}, "baseline must be one of"),
+    ({"baseline": "ema", "ema_momentum": 1.0}, "ema_momentum must be in"),
+    ({"kl_direction": "forward"}, "kl_direction 'forward' needs kl_estimator 'full'"),
+    ({"kl_estimator": "full", "kl_direction": "up"}, "kl_direction must be one of"),
+])
+def test_bad_baseline_and_kl_direction_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        GRPOConfig(**fields)
+
+
 # ---------------------------------------------------------------- loss: one hand-computed example
 
 def clipped_example():

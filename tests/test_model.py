@@ -102,6 +102,38 @@ def test_token_logprobs_equal_log_softmax_of_forward_with_entropy_and_kl(tiny_gp
         assert stats.shape == ids.shape and stats[~mask].eq(0).all()
 
 
+@pytest.mark.parametrize("direction", ["reverse", "forward", "symmetric"])
+def test_kl_directions_equal_a_direct_computation_and_its_gradient(tiny_gpt, direction):
+    """Each direction against sums over the full softmax, value and gradient (forward KL's gradient comes
+    only from the model's log-probs: the reference is a constant)."""
+    model, reference = tiny_gpt(0), tiny_gpt(1)
+    ids, attention_mask, mask = completion_batch(model)
+    out = token_logprobs(model, ids, mask, attention_mask, reference=reference, kl=True, kl_direction=direction,
+                         chunk_size=3)
+    p = F.softmax(model(ids, attention_mask=attention_mask)[:, :-1].float(), dim=-1)  # (B, T-1, V)
+    with torch.no_grad():
+        q = F.softmax(reference(ids, attention_mask=attention_mask)[:, :-1].float(), dim=-1)
+    reverse = (p * (p.log() - q.log())).sum(-1)  # KL(model || reference)
+    forward = (q * (q.log() - p.log())).sum(-1)  # KL(reference || model)
+    direct = {"reverse": reverse, "forward": forward, "symmetric": (reverse + forward) / 2}[direction]
+    m = mask[:, 1:]
+    assert torch.allclose(out.kl[:, 1:][m], direct[m], atol=1e-5)
+    assert (out.kl[mask] > 0).all()
+    ours = torch.autograd.grad(out.kl[mask].sum(), model.wte.weight)[0]
+    theirs = torch.autograd.grad(direct[m].sum(), model.wte.weight)[0]
+    assert torch.allclose(ours, theirs, atol=1e-5)
+
+
+def test_forward_and_reverse_kl_differ_and_unknown_direction_is_refused(tiny_gpt):
+    model, reference = tiny_gpt(0), tiny_gpt(1)
+    ids, attention_mask, mask = completion_batch(model)
+    kls = {d: token_logprobs(model, ids, mask, attention_mask, reference=reference, kl=True, kl_direction=d).kl
+           for d in ("reverse", "forward")}
+    assert not torch.allclose(kls["reverse"][mask], kls["forward"][mask])  # KL is not symmetric
+    with pytest.raises(ValueError, match="unknown KL direction 'sideways'"):
+        token_logprobs(model, ids, mask, attention_mask, reference=reference, kl=True, kl_direction="sideways")
+
+
 def test_token_logprobs_ignore_the_content_of_padding(tiny_gpt):
     model = tiny_gpt()
     ids, attention_mask, mask = completion_batch(model)

@@ -468,3 +468,38 @@ def test_score_batch_with_the_engine_scores_uncovered_moves(tmp_path):
     assert scores[0].components["best_move"] == pytest.approx(math.exp(-loss / 0.2))
     assert scores[1] == rewards.score_p(PROMPT, items[1][1], fresh, fresh_extra)
     assert scores[2] == rewards.score_a(A_PROMPTS[0], REAL_A_COMPLETIONS[0])
+
+
+# ---------------------------------------------------------------- the reward warm-up
+
+def test_warmup_weights_move_linearly_from_format_first_to_the_configured_weights():
+    config = rewards.RewardConfig(reward_warmup_steps=4)
+    start, middle, end = (rewards.weights_at(config, step) for step in (0, 2, 4))
+    assert start == rewards.WARMUP_WEIGHTS
+    assert end == {"P": config.p_weights, "A": rewards.WEIGHTS["A"]}
+    assert rewards.weights_at(config, 100) == end
+    for task in ("P", "A"):
+        assert math.fsum(rewards.WARMUP_WEIGHTS[task].values()) == pytest.approx(1.0)
+        assert set(rewards.WARMUP_WEIGHTS[task]) == set(end[task])
+        for name, weight in middle[task].items():
+            assert weight == pytest.approx((start[task][name] + end[task][name]) / 2)
+    # format first: the warm-up weighs P's format above its best move, A's format above the board
+    assert start["P"]["format"] > start["P"]["best_move"] and start["A"]["format"] > start["A"]["placement"]
+    assert rewards.weights_at(rewards.RewardConfig(), 0) == end  # 0 steps: off
+
+
+def test_reweigh_scores_the_same_components_under_other_weights():
+    # A well-formed P completion that names an illegal best move: full format credit, the illegal move's
+    # best_move credit; the warm-up weighting rewards it more than the configured one.
+    score = rewards.score_p(START_PROMPT, completion(START_ANALYSIS.moves, START_ANALYSIS.evals, "e2e5"),
+                            START_ANALYSIS)
+    assert score.components["format"] == 1.0 and score.components["best_move"] == rewards.DENSE_ILLEGAL
+    assert rewards.reweigh(score.components, rewards.DEFAULT_CONFIG.p_weights) == score.reward
+    warm = rewards.reweigh(score.components, rewards.WARMUP_WEIGHTS["P"])
+    expected = math.fsum(rewards.WARMUP_WEIGHTS["P"][name] * value for name, value in score.components.items())
+    assert warm == pytest.approx(expected) and warm > score.reward
+
+
+def test_reward_warmup_steps_must_not_be_negative():
+    with pytest.raises(ValueError, match="reward_warmup_steps must be >= 0"):
+        rewards.RewardConfig(reward_warmup_steps=-1)

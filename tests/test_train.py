@@ -82,6 +82,10 @@ LOSS_PATHS = {
     "dr_grpo": ({"aggregation": "dr_grpo"}, {}),
     "two iterations": ({}, {"num_iterations": 2}),
     "full kl": ({"kl_estimator": "full"}, {}),
+    "forward kl": ({"kl_estimator": "full", "kl_direction": "forward"}, {}),
+    "symmetric kl": ({"kl_estimator": "full", "kl_direction": "symmetric"}, {}),
+    "rloo baseline": ({"baseline": "rloo"}, {}),
+    "ema baseline": ({"baseline": "ema", "std_scaling": "batch"}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
@@ -154,9 +158,12 @@ def test_resample_replaces_zero_std_groups_with_new_prompts(tmp_path):
     assert resampled["frac_zero_std"] < kept["frac_zero_std"]
 
 
-def test_resume_is_bit_identical(tiny_run_inputs, tmp_path):
+@pytest.mark.parametrize("gcfg", [
+    grpo.GRPOConfig(beta=0.05, beta_schedule="adaptive", kl_target=0.01, entropy_coef=0.01),
+    grpo.GRPOConfig(beta=0.05, baseline="ema", ema_momentum=0.5, std_scaling="batch", entropy_coef=0.01),
+], ids=["adaptive beta", "ema baseline"])
+def test_resume_is_bit_identical(tiny_run_inputs, tmp_path, gcfg):
     model_dir, data = tiny_run_inputs
-    gcfg = grpo.GRPOConfig(beta=0.05, beta_schedule="adaptive", kl_target=0.01, entropy_coef=0.01)
     straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, checkpoint_every=2), gcfg)
     first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, checkpoint_every=2), gcfg)
     resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, checkpoint_every=2), gcfg,
@@ -164,6 +171,34 @@ def test_resume_is_bit_identical(tiny_run_inputs, tmp_path):
     a, b = weights(straight), weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
+    if gcfg.baseline == "ema":  # the averages travel in the checkpoint
+        assert [r["baseline/P"] for r in records(straight)] == [r["baseline/P"] for r in records(resumed)]
+
+
+def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
+    with pytest.raises(train.UserError, match="holds no ema baseline state"):
+        train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2), grpo.GRPOConfig(baseline="ema"),
+                   resume=str(run))
+
+
+def test_reward_warmup_scores_with_the_steps_weights_and_logs_them(tiny_run_inputs, tmp_path):
+    from rookworld.rewards import WARMUP_WEIGHTS, WEIGHTS, RewardConfig
+
+    model_dir, data = tiny_run_inputs
+    rcfg = RewardConfig(reward_warmup_steps=2)
+    rows = records(train.main(tiny_config(model_dir, data, tmp_path / "run"), grpo.GRPOConfig(), rcfg=rcfg))
+    configured = {"P": rcfg.p_weights, "A": WEIGHTS["A"]}
+    for row, done in zip(rows, (0.0, 0.5, 1.0)):
+        for task in ("P", "A"):
+            weights = {name: (1 - done) * WARMUP_WEIGHTS[task][name] + done * w
+                       for name, w in configured[task].items()}
+            assert {n: row[f"reward_weight/{task}/{n}"] for n in weights} == pytest.approx(weights)
+            # components lie in [-1, 1] and the weights sum to 1, so the mean reward is the weighted
+            # sum of the mean components
+            mixed = math.fsum(w * row[f"reward/{task}/{n}"] for n, w in weights.items())
+            assert row[f"reward/{task}"] == pytest.approx(mixed, abs=1e-9)
 
 
 def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_run_inputs, tmp_path):

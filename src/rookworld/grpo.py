@@ -10,7 +10,8 @@ Per loss token t of sequence i (the mask after optional truncation masking):
     pg_it  = -min(r_it * A_i, clip(r_it, 1 - eps_low, 1 + eps_high) * A_i)
     kl_it  = k3: exp(ref - logp) - (ref - logp) - 1       sampled-token estimates of KL(pi || pi_ref)
              k1: logp - ref
-             full: the exact full-vocabulary KL at that position, computed elsewhere (model.token_logprobs)
+             full: the exact full-vocabulary KL at that position, computed elsewhere (model.token_logprobs):
+                   reverse KL(pi || pi_ref), forward KL(pi_ref || pi) or their mean (kl_direction)
              (k1/k3 times r_it when kl_importance_weight: then their gradient estimates the KL's gradient)
     l_it   = pg_it + beta * kl_it - entropy_coef * H_it
 
@@ -34,15 +35,22 @@ from typing import Any
 
 import torch
 
+BASELINES = ("group", "rloo", "ema")
 STD_SCALINGS = ("group", "batch", "none")
 AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
 KL_ESTIMATORS = ("k3", "k1", "full")
+KL_DIRECTIONS = ("reverse", "forward", "symmetric")
 BETA_SCHEDULES = ("fixed", "warmup", "adaptive")
 ADAPTIVE_ERROR_CLIP = 0.2  # the PPO adaptive KL controller's bound on the proportional error
 
 
 @dataclass
 class GRPOConfig:
+    baseline: str = field(default="group", metadata={
+        "help": "what a reward is compared with: 'group' (the mean of the prompt's G rewards), 'rloo' (the mean "
+                "of the other G-1: leave-one-out) or 'ema' (a per-task moving average of earlier steps' rewards)"})
+    ema_momentum: float = field(default=0.9, metadata={
+        "help": "ema baseline: after each step, ema = m * ema + (1 - m) * the step's mean reward of the task"})
     std_scaling: str = field(default="group", metadata={
         "help": "advantage scale: 'group' (std of the prompt's G rewards), 'batch' (std of all rewards of the "
                 "step), 'none' (group-mean baseline only, as in Dr. GRPO)"})
@@ -61,6 +69,9 @@ class GRPOConfig:
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
                 "full-vocabulary KL per position, computed by the model code)"})
+    kl_direction: str = field(default="reverse", metadata={
+        "help": "kl_estimator 'full' only: 'reverse' KL(pi || pi_ref) (mode-seeking; what k1/k3 estimate), "
+                "'forward' KL(pi_ref || pi) (mass-covering) or 'symmetric' (the mean of the two)"})
     kl_importance_weight: bool | None = field(default=None, metadata={
         "help": "multiply k1/k3 by the ratio pi/pi_sampling so that their gradient estimates the gradient of "
                 "KL(pi || pi_ref) (default: true for k1/k3, false for 'full', where it cannot be true)"})
@@ -86,6 +97,9 @@ class GRPOConfig:
         if self.kl_importance_weight is None:  # follows the estimator: only sampled-token estimates take it
             self.kl_importance_weight = self.kl_estimator != "full"
         checks = [
+            (self.baseline in BASELINES, f"baseline must be one of {BASELINES}, got {self.baseline!r}"),
+            (0 <= self.ema_momentum < 1, f"ema_momentum must be in [0, 1) (1 would never move), "
+                                         f"got {self.ema_momentum}"),
             (self.std_scaling in STD_SCALINGS, f"std_scaling must be one of {STD_SCALINGS}, got {self.std_scaling!r}"),
             (self.std_floor > 0, f"std_floor must be > 0 so that equal rewards cannot divide by zero, "
                                  f"got {self.std_floor}"),
@@ -97,6 +111,11 @@ class GRPOConfig:
             (self.beta >= 0, f"beta must be >= 0 (a negative KL coefficient rewards drifting away), got {self.beta}"),
             (self.kl_estimator in KL_ESTIMATORS,
              f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}"),
+            (self.kl_direction in KL_DIRECTIONS,
+             f"kl_direction must be one of {KL_DIRECTIONS}, got {self.kl_direction!r}"),
+            (self.kl_direction == "reverse" or self.kl_estimator == "full",
+             f"kl_direction {self.kl_direction!r} needs kl_estimator 'full': k1 and k3 estimate the reverse "
+             f"KL(pi || pi_ref) from tokens sampled by pi"),
             (not (self.kl_estimator == "full" and self.kl_importance_weight),
              "kl_importance_weight must be false with kl_estimator 'full': the exact per-position KL is not a "
              "sampled-token estimate, so the sampled token's ratio does not belong on it"),
@@ -129,27 +148,76 @@ class Advantages:
     frac_zero_std: float
 
 
-def advantages(rewards: torch.Tensor, cfg: GRPOConfig) -> Advantages:
-    """A_ij = (R_ij - mean_j R_ij) / max(std, std_floor), then clipped to +-adv_clip.
+def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None) -> Advantages:
+    """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip.
 
-    std is the (unbiased) std of the group's rewards ('group'), of all B*G rewards ('batch'), or 1 ('none').
-    Groups whose G rewards are all equal get exactly 0 (float rounding of their mean cannot leak in); they
-    are returned in `zero_std` so the trainer can drop or resample them (dynamic sampling).
+    b_ij by cfg.baseline: 'group' the mean of the group's G rewards; 'rloo' the mean of the other G-1
+    (= G/(G-1) times the group-centred reward); 'ema' `baseline` (B,), each group's value of an
+    `EMABaseline`. std is the (unbiased) std of the group's rewards ('group'), of all B*G rewards
+    ('batch'), or 1 ('none'). Groups whose G rewards are all equal are returned in `zero_std` so the
+    trainer can drop or resample them (dynamic sampling); they get exactly 0 (float rounding of their
+    mean cannot leak in), except under an 'ema' baseline without the group std, where R - b is a signal.
     """
     if rewards.dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (B, G) with G >= 2 completions per prompt for a group baseline, "
                          f"got shape {tuple(rewards.shape)}")
     rewards = rewards.float()
+    B, G = rewards.shape
     zero_std = (rewards == rewards[:, :1]).all(dim=1)  # (B,)
-    centered = rewards - rewards.mean(dim=1, keepdim=True)  # (B, G)
+    if cfg.baseline == "ema":
+        if baseline is None or tuple(baseline.shape) != (B,):
+            raise ValueError(f"baseline 'ema' needs each group's baseline value, (B,) = ({B},), got "
+                             f"{None if baseline is None else tuple(baseline.shape)}")
+        centered = rewards - baseline.float()[:, None]  # (B, G)
+    else:
+        centered = rewards - rewards.mean(dim=1, keepdim=True)  # (B, G)
+        if cfg.baseline == "rloo":
+            centered = centered * (G / (G - 1))
     if cfg.std_scaling == "group":
         centered = centered / rewards.std(dim=1, keepdim=True).clamp(min=cfg.std_floor)
     elif cfg.std_scaling == "batch":
         centered = centered / rewards.std().clamp(min=cfg.std_floor)
     if cfg.adv_clip is not None:
         centered = centered.clamp(-cfg.adv_clip, cfg.adv_clip)
-    values = centered.masked_fill(zero_std[:, None], 0.0)  # (B, G)
-    return Advantages(values=values, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
+    if cfg.baseline != "ema" or cfg.std_scaling == "group":
+        centered = centered.masked_fill(zero_std[:, None], 0.0)  # (B, G)
+    return Advantages(values=centered, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
+
+
+class EMABaseline:
+    """The 'ema' baseline: a per-task exponential moving average of the rewards of earlier steps.
+
+    `values(tasks, rewards)` gives each group the average of its task before this step (a task's first
+    step: that step's mean reward of the task, so nothing is compared with an arbitrary start); `update`
+    then folds in the step's mean: ema = momentum * ema + (1 - momentum) * mean.
+    """
+
+    def __init__(self, momentum: float) -> None:
+        self.momentum = momentum
+        self.means: dict[str, float] = {}
+
+    @staticmethod
+    def _task_means(tasks: list[str], rewards: torch.Tensor) -> dict[str, float]:
+        rows: dict[str, list[int]] = {}
+        for i, task in enumerate(tasks):
+            rows.setdefault(task, []).append(i)
+        return {task: float(rewards[idx].float().mean()) for task, idx in rows.items()}
+
+    def values(self, tasks: list[str], rewards: torch.Tensor) -> torch.Tensor:
+        """(B,) baseline of each group of the step's (B, G) rewards."""
+        now = self._task_means(tasks, rewards)
+        return torch.tensor([self.means.get(task, now[task]) for task in tasks])
+
+    def update(self, tasks: list[str], rewards: torch.Tensor) -> None:
+        for task, mean in self._task_means(tasks, rewards).items():
+            old = self.means.get(task)
+            self.means[task] = mean if old is None else self.momentum * old + (1 - self.momentum) * mean
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"means": dict(self.means)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.means = {task: float(v) for task, v in state["means"].items()}
 
 
 def _loss_mask(mask: torch.Tensor, cfg: GRPOConfig, truncated: torch.Tensor | None) -> torch.Tensor:

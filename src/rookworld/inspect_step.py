@@ -25,8 +25,10 @@ from rookworld.train import (
     configs_from_args,
     learning_groups,
     load_data,
+    make_baseline,
     policy_update,
     rollout,
+    step_advantages,
 )
 
 
@@ -40,7 +42,8 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
         for ids, attn, mask, _, _, adv, temp in batch.micro_batches(1):
             full = gcfg.kl_estimator == "full" and reference is not None and beta > 0
             tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
-                                reference=reference if reference is not None and beta > 0 else None, kl=full)
+                                reference=reference if reference is not None and beta > 0 else None, kl=full,
+                                kl_direction=gcfg.kl_direction)
             _, stats = grpo.loss(tl.logp, tl.logp, tl.ref_logp if not full else None, adv, mask, single, beta=beta,
                                  kl_per_token=tl.kl if full else None, entropy=tl.entropy)
             rows.append({k: stats[k] for k in ("pg_loss", "kl/mean", "entropy") if k in stats})
@@ -67,7 +70,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
         groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg)
-        adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
+        adv = step_advantages(summaries, gcfg, make_baseline(gcfg))  # a run's first step
         learn = learning_groups(groups, adv, cfg)
         every = Batch.of(groups, [adv.values[i].to(device) for i in range(len(groups))])
         terms = per_sequence_terms(policy, reference, every, gcfg, beta)

@@ -232,7 +232,7 @@ class TokenLogProbs:
     logp: torch.Tensor                    # log p(token_t | tokens_<t) under the model
     entropy: torch.Tensor | None = None   # full-vocabulary entropy of that next-token distribution
     ref_logp: torch.Tensor | None = None  # the same token's log-prob under the reference model
-    kl: torch.Tensor | None = None        # full-vocabulary KL(model || reference) of that distribution
+    kl: torch.Tensor | None = None        # full-vocabulary KL between model and reference (a direction)
 
 
 def entropy_from_logprobs(logprobs: torch.Tensor) -> torch.Tensor:
@@ -245,17 +245,30 @@ def kl_from_logprobs(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torc
     return (logprobs.exp() * (logprobs - ref_logprobs)).sum(-1)
 
 
+def directed_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, direction: str) -> torch.Tensor:
+    """KL (...) between the model's and the reference's full-vocabulary log-probs (..., V): 'reverse'
+    KL(model || reference), 'forward' KL(reference || model), 'symmetric' the mean of the two."""
+    if direction == "reverse":
+        return kl_from_logprobs(logprobs, ref_logprobs)
+    if direction == "forward":
+        return kl_from_logprobs(ref_logprobs, logprobs)
+    if direction == "symmetric":
+        return 0.5 * (kl_from_logprobs(logprobs, ref_logprobs) + kl_from_logprobs(ref_logprobs, logprobs))
+    raise ValueError(f"unknown KL direction {direction!r}; choose reverse, forward or symmetric")
+
+
 def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
                    attention_mask: torch.Tensor | None = None, *, entropy: bool = False,
-                   reference: GPT | None = None, kl: bool = False, temperature: torch.Tensor | None = None,
-                   chunk_size: int = 1024) -> TokenLogProbs:
+                   reference: GPT | None = None, kl: bool = False, kl_direction: str = "reverse",
+                   temperature: torch.Tensor | None = None, chunk_size: int = 1024) -> TokenLogProbs:
     """Log-probs of the tokens of `input_ids` (B, T) where `mask` (B, T) is True.
 
     `attention_mask` (B, T) marks real tokens (None: no padding). The LM head runs only at the
     positions that predict masked tokens, in chunks of `chunk_size`; with gradients on, each chunk is
     recomputed in the backward pass instead of keeping its (chunk, V) logits. Log-softmax is in float32.
     `reference` (a model without gradients) adds its log-probs of the same tokens; `kl=True` also the
-    full-vocabulary KL(model || reference), which needs both heads at once and so is computed here
+    full-vocabulary KL in `kl_direction` (`directed_kl`; 'reverse' is KL(model || reference)), which
+    needs both heads at once and so is computed here
     rather than from stored reference log-probs (N x V floats). `temperature` (B,) divides each row's
     logits (of both models) first: the distribution that sampled the row (generation.py).
     """
@@ -289,7 +302,7 @@ def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
                 ref_logprobs = F.log_softmax(scaled(reference.lm_head(ref_h), t), dim=-1)  # (n, V)
             stats["ref_logp"] = ref_logprobs.gather(-1, y[:, None]).squeeze(-1)
             if kl:
-                stats["kl"] = kl_from_logprobs(logprobs, ref_logprobs)
+                stats["kl"] = directed_kl(logprobs, ref_logprobs, kl_direction)
         return stats
 
     recompute = torch.is_grad_enabled() and hidden.requires_grad

@@ -57,6 +57,9 @@ class RewardConfig:
     best_move_illegal: float | None = field(default=None, metadata={
         "help": "best_move credit of an illegal, unparseable or missing move, below every legal move's (< 0) "
                 f"(default: {DENSE_ILLEGAL} for the dense shapes, -1 for 'rank')"})
+    reward_warmup_steps: int = field(default=0, metadata={
+        "help": "training steps over which every task's component weights move linearly from a warm-up "
+                "weighting that favours format and structure to the configured weights (0: off)"})
 
     def __post_init__(self) -> None:
         weights = self.p_weights
@@ -71,6 +74,8 @@ class RewardConfig:
             (self.best_move_illegal is None or -1.0 <= self.best_move_illegal < 0.0,
              f"best_move_illegal must be in [-1, 0): below every legal move's credit (>= 0) and a component's "
              f"range, got {self.best_move_illegal}"),
+            (self.reward_warmup_steps >= 0, f"reward_warmup_steps must be >= 0 (0: off), "
+                                            f"got {self.reward_warmup_steps}"),
         ]
         for ok, reason in checks:
             if not ok:
@@ -108,6 +113,15 @@ WEIGHTS: dict[str, dict[str, float]] = {
     },
 }
 
+# The reward warm-up's starting weights ("format and structure first, content later"): P's parseable
+# five moves, five evals and a B: move before their quality; A's format, the reward/flags fields and the
+# FEN's bookkeeping fields before the board itself and exactness.
+WARMUP_WEIGHTS: dict[str, dict[str, float]] = {
+    "P": {"best_move": 0.1, "candidates": 0.1, "evals": 0.1, "format": 0.7},
+    "A": {"exact": 0.05, "placement": 0.1, "side": 0.05, "castling": 0.05, "en_passant": 0.05, "halfmove": 0.05,
+          "fullmove": 0.05, "reward": 0.1, "flags": 0.1, "format": 0.4},
+}
+
 SIGN_ERROR_PAWNS = 1.0        # extra error when an eval has the wrong sign: the wrong side is better
 MISSING_EVAL_PAWNS = 2 * EVAL_CLIP_PAWNS + SIGN_ERROR_PAWNS  # the largest possible error
 EVAL_SCALE_PAWNS = 1.0        # evals credit = 1 / (1 + mae / scale): 0.5 at one pawn of mean error
@@ -126,6 +140,20 @@ def _combine(weights: Mapping[str, float], components: dict[str, float]) -> Scor
     # over the weights' sum (1 up to rounding: 0.01 + 0.29 + 0.7 is not): the exact target scores 1.0 exactly
     total = math.fsum(weights[name] * value for name, value in components.items()) / math.fsum(weights.values())
     return Score(reward=min(1.0, max(-1.0, total)), components=components)
+
+
+def weights_at(config: RewardConfig, step: int) -> dict[str, dict[str, float]]:
+    """Each task's component weights at training step `step` (0-based): WARMUP_WEIGHTS at step 0, moving
+    linearly to the configured weights, which hold from step reward_warmup_steps on."""
+    target = {"P": config.p_weights, "A": WEIGHTS["A"]}
+    done = 1.0 if step >= config.reward_warmup_steps else step / config.reward_warmup_steps
+    return {task: {name: (1 - done) * WARMUP_WEIGHTS[task][name] + done * weight for name, weight in weights.items()}
+            for task, weights in target.items()}
+
+
+def reweigh(components: dict[str, float], weights: Mapping[str, float]) -> float:
+    """The reward of a completion's `components` under other `weights` (the reward warm-up)."""
+    return _combine(weights, components).reward
 
 
 def _format_credit(errors: Sequence[str]) -> float:

@@ -17,7 +17,7 @@ import copy
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
 from rookworld.generation import Generation, SamplingSettings, generate_groups
-from rookworld.rewards import RewardConfig
+from rookworld.rewards import RewardConfig, reweigh, weights_at
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
@@ -263,6 +263,9 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
     """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None."""
     device = policy.wte.weight.device
     size = chunk_size(cfg, d)
+    rcfg = rcfg or RewardConfig()
+    warming = step < rcfg.reward_warmup_steps
+    weights = weights_at(rcfg, step)
     groups: list[Group | None] = [None] * len(samples)
     for c, start in enumerate(range(0, len(samples), size)):
         chunk = first_chunk + c
@@ -271,6 +274,8 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
         part = samples[start:start + size]
         made = rollout_chunk(policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device),
                              pool, timings, rcfg)
+        if warming:  # the reward warm-up: the same components under the step's weights
+            made = [replace(g, rewards=[reweigh(c, weights[g.sample.task]) for c in g.components]) for g in made]
         groups[start:start + len(part)] = made
     return groups
 
@@ -305,6 +310,21 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
             if not summary.zero_std:
                 groups[i], summaries[i] = g, summary
     return groups, summaries
+
+
+def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
+                    ema: grpo.EMABaseline | None) -> grpo.Advantages:
+    """The step's advantages from every group's rewards; an 'ema' baseline then takes in the step's rewards."""
+    rewards = torch.tensor([s.rewards for s in summaries])  # (B, G)
+    tasks = [s.task for s in summaries]
+    adv = grpo.advantages(rewards, gcfg, None if ema is None else ema.values(tasks, rewards))
+    if ema is not None:
+        ema.update(tasks, rewards)
+    return adv
+
+
+def make_baseline(gcfg: grpo.GRPOConfig) -> grpo.EMABaseline | None:
+    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.baseline == "ema" else None
 
 
 def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: TrainConfig) -> list[int]:
@@ -396,7 +416,8 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
         optimizer.zero_grad(set_to_none=True)
         for (ids, attn, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
             tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
-                                reference=reference if needs_ref and full_kl else None, kl=needs_ref and full_kl)
+                                reference=reference if needs_ref and full_kl else None, kl=needs_ref and full_kl,
+                                kl_direction=gcfg.kl_direction)
             old_logp = sampled_logp if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
             loss, stats = grpo.loss(tl.logp, old_logp,
                                     ref_logp if needs_ref else None, adv, mask, gcfg, beta=beta,
@@ -456,16 +477,19 @@ class RunState:
     reward_history: list[float] = field(default_factory=list)
 
 
-def snapshot(policy, optimizer, beta_ctl: grpo.BetaController) -> dict[str, Any]:
+def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, ema: grpo.EMABaseline | None) -> dict[str, Any]:
     """In-memory copy of the last good state, restored by a rollback."""
     return {"policy": copy.deepcopy(policy.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
-            "beta": beta_ctl.state_dict()}
+            "beta": beta_ctl.state_dict(), "baseline": None if ema is None else ema.state_dict()}
 
 
-def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaController) -> None:
+def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaController,
+            ema: grpo.EMABaseline | None) -> None:
     policy.load_state_dict(snap["policy"])
     optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
     beta_ctl.load_state_dict(snap["beta"])
+    if ema is not None:
+        ema.load_state_dict(snap["baseline"])
 
 
 def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState) -> str | None:
@@ -565,6 +589,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
+    ema = make_baseline(gcfg)
     state = RunState()
     if resume_dir is not None:
         saved = checkpoint.load_state(resume_dir)
@@ -573,9 +598,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         optimizer.load_state_dict(saved["optimizer"])
         sampler.load_state_dict(saved["sampler"])
         beta_ctl.load_state_dict(saved["beta"])
+        if ema is not None:
+            if saved.get("baseline") is None:
+                raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without "
+                                f"--baseline ema; resume with that run's own config.json")
+            ema.load_state_dict(saved["baseline"])
         state = RunState(**saved["run"])
     set_lr(optimizer, cfg, state)
-    good = snapshot(policy, optimizer, beta_ctl)
+    good = snapshot(policy, optimizer, beta_ctl, ema)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
     evals = {"eval/": (EvalConfig(batch_size=64), eval_samples)}
@@ -597,7 +627,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     def save_checkpoint(metrics: dict[str, float] | None = None) -> None:
         if d.main:
             checkpoint.save(out, state.step, {"optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
-                                              "beta": beta_ctl.state_dict(), "run": asdict(state)},
+                                              "beta": beta_ctl.state_dict(), "run": asdict(state),
+                                              "baseline": None if ema is None else ema.state_dict()},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
@@ -613,9 +644,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             timings: dict[str, float] = {}
             groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
                                         rcfg)
-            adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
+            adv = step_advantages(summaries, gcfg, ema)
             learn = learning_groups(groups, adv, cfg)
             metrics = step_metrics(summaries, adv)
+            if ema is not None:
+                metrics.update({f"baseline/{task}": mean for task, mean in ema.means.items()})
+            if rcfg.reward_warmup_steps:
+                metrics.update({f"reward_weight/{task}/{name}": w for task, weights in
+                                weights_at(rcfg, state.step).items() for name, w in weights.items()})
             beta = beta_ctl.beta
             t1 = time.perf_counter()
             batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
@@ -626,7 +662,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             state.reward_history.append(metrics["reward/mean"])
             reason = runaway_reason(cfg, metrics, state)
             if reason is not None:
-                restore(good, policy, optimizer, beta_ctl)
+                restore(good, policy, optimizer, beta_ctl, ema)
                 state.rollbacks += 1
                 state.lr_scale *= cfg.lr_backoff
                 state.reward_history.clear()
@@ -654,7 +690,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             # eval metrics describe; other checkpoints carry no eval metrics.
             if evaluation or training.checkpoint_due(cfg, state.step):
                 save_checkpoint({**metrics, **evaluation})
-                good = snapshot(policy, optimizer, beta_ctl)
+                good = snapshot(policy, optimizer, beta_ctl, ema)
             progress.update(state.step, metrics)
     return out
 
