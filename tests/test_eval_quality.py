@@ -161,3 +161,17 @@ def test_split_is_for_data_not_predictions(tmp_path, capsys):
     path.write_text(json.dumps({"prompt": "A: " + FEN + "+f1b5+f1b5+", "completion": ""}) + "\n")
     assert cli.main(["eval", "--predictions", str(path), "--split", "all", "--processes", "1"]) == 2
     assert "--split" in capsys.readouterr().err
+
+
+@pytest.mark.stockfish
+def test_fast_decode_false_decodes_as_on_cpu_and_true_needs_cuda(tmp_path, fixtures_dir, capsys):
+    data = tmp_path / "mine.txt"
+    data.write_text("\n".join(file_rows(fixtures_dir)) + "\n")
+    common = ["eval", "--data", str(data), "--threads", "1", "--processes", "1", "--device", "cpu"]
+    outs = [tmp_path / "default.json", tmp_path / "false.json"]
+    assert cli.main(common + ["--out", str(outs[0])]) == 0
+    assert cli.main(common + ["--out", str(outs[1]), "--fast-decode", "false"]) == 0
+    assert outs[0].read_text() == outs[1].read_text()  # on CPU the default is the fp32 eager path
+    capsys.readouterr()
+    assert cli.main(common + ["--fast-decode", "true"]) == 2
+    assert "--fast-decode true needs a CUDA device" in capsys.readouterr().err

@@ -326,3 +326,32 @@ def test_bf16_sampling_logprobs_match_token_logprobs(tiny_gpt):
                           generator=torch.Generator("cuda").manual_seed(0), decode_step=fast_decode_step(model))
     recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask).logp
     assert (out.logprobs - recomputed).abs().max() < 0.1
+
+
+@needs_cuda
+def test_fast_decoder_samples_in_bf16_and_follows_the_fp32_weights(tiny_gpt):
+    """The trainer's fast path: a bf16 copy replaying a CUDA graph; its sampling log-probs match the fp32
+    model's recomputed under bf16 autocast (the update's precision), and `sync` carries updates over."""
+    from rookworld.generation import FastDecoder, decoding
+
+    model = tiny_gpt().cuda()
+    decoder = FastDecoder(model)
+    assert decoder.model.wte.weight.dtype == torch.bfloat16 and model.wte.weight.dtype == torch.float32
+    runner, step = decoding(model, decoder)
+    out = generate_groups(runner, PROMPTS, 4, SamplingSettings(max_new_tokens=16), eos_id=None,
+                          generator=torch.Generator("cuda").manual_seed(0), decode_step=step)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask).logp
+    assert (out.logprobs - recomputed).abs().max() < 0.1
+    assert (out.logprobs - recomputed)[out.completion_mask].abs().mean() < 0.02
+    with torch.no_grad():
+        model.wte.weight.add_(0.5)
+    decoder.sync(model)
+    assert torch.equal(decoder.model.wte.weight, model.wte.weight.to(torch.bfloat16))
+
+
+def test_fast_decoder_needs_cuda(tiny_gpt):
+    from rookworld.generation import FastDecoder
+
+    with pytest.raises(ValueError, match="needs the model on a CUDA device"):
+        FastDecoder(tiny_gpt())

@@ -120,8 +120,7 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0][::20][:4]
     assert {s.task for s in samples} == {"P", "A"}
-    groups = train.rollout_chunk(policy, tokenizer, samples, cfg, {"P": 24, "A": 24},
-                                 train.chunk_generator(0, 0, 0, torch.device("cpu")), None, {})
+    groups = train.rollout(policy, tokenizer, samples, cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
     batch = train.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
     assert sorted(set(batch.temperature.tolist())) == pytest.approx([0.6, 1.4])
     for ids, attn, mask, sampled, _, _, temp in batch.micro_batches(64):
@@ -130,6 +129,58 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
         assert (token_logprobs(policy, ids, mask, attn).logp - sampled).abs().max() > 0.01
     row = records(train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)))[0]
     assert row["ratio/mean"] == pytest.approx(1.0, abs=1e-4) and row["clip_frac"] == 0.0
+
+
+def test_chunks_are_scored_on_a_second_thread_with_the_same_rewards(tiny_run_inputs, tmp_path, monkeypatch):
+    """Scoring overlaps the next chunk's sampling: it runs off the main thread, and the groups are those
+    of sampling and scoring each chunk in turn."""
+    import threading
+
+    from rookworld.hub import load_model
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", rollout_chunk=2)
+    policy, tokenizer = load_model(model_dir)
+    samples = train.load_data(cfg)[0][::10][:6]
+    limits = {"P": 24, "A": 24}
+    threads = []
+    score_chunk = train.score_chunk
+
+    def recording(*args):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return score_chunk(*args)
+
+    monkeypatch.setattr(train, "score_chunk", recording)
+    timings: dict[str, float] = {}
+    groups = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), timings)
+    assert threads == [False, False, False]  # three chunks of two prompts, none scored on the main thread
+    assert {"time/generate", "time/reward", "time/reward_total"} <= set(timings)
+    for c in range(3):
+        part = samples[2 * c:2 * c + 2]
+        gen, texts, settings = train.sample_chunk(policy, tokenizer, part, cfg, limits,
+                                                  train.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
+        scores, _ = score_chunk(part, texts, cfg, None, None)
+        for mine, theirs in zip(groups[2 * c:2 * c + 2], train.chunk_groups(part, gen, texts, settings, scores, 4)):
+            assert torch.equal(mine.sequences, theirs.sequences) and mine.rewards == theirs.rewards
+
+
+def test_fast_decode_is_refused_off_cuda(tmp_path, capsys):
+    code = cli.main(["train", "--fast-decode", "true", "--device", "cpu", "--out", str(tmp_path / "run")])
+    assert code != 0 and "--fast-decode true needs a CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("fast", [True, False])
+def test_cuda_steps_with_and_without_the_fast_path(tiny_run_inputs, tmp_path, fast):
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", steps=2, device="cuda", fast_decode=fast, eval_every=2,
+                      eval_limit=8, eval_draws=2, eval_sampled_limit=4)
+    out = train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
+    rows = records(out)
+    assert all(r["update/applied"] == 1.0 and math.isfinite(r["loss"]) for r in rows)
+    before, after = load_file(str(model_dir / "model.safetensors")), weights(out)
+    assert any(not torch.equal(before[k], after[k].cpu()) for k in before)
+    assert after["transformer.wte.weight"].dtype == torch.float32  # master weights stay fp32
 
 
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):

@@ -23,6 +23,7 @@ from rookworld.errors import UserError
 
 if TYPE_CHECKING:
     from rookworld.data.sources import SampleSet
+    from rookworld.generation import FastDecoder
     from rookworld.quality import MoveQuality
     from rookworld.stockfish import Limit
 
@@ -36,6 +37,8 @@ class EvalConfig:
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature when --samples > 1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus mass when --samples > 1"})
     seed: int = field(default=0, metadata={"help": "seed of the sampling stream when --samples > 1"})
+    fast_decode: bool | None = field(default=None, metadata={
+        "help": "decode in bf16 from a CUDA graph (default: on with CUDA; false: fp32 eager, as on CPU)"})
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.samples < 1:
@@ -55,11 +58,13 @@ def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
     return limits
 
 
-def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig) -> list[list[str]]:
-    """cfg.samples completions of each sample's prompt, in batches of cfg.batch_size prompts."""
+def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
+             decoder: FastDecoder | None = None) -> list[list[str]]:
+    """cfg.samples completions of each sample's prompt, in batches of cfg.batch_size prompts; sampled by
+    `decoder` (the CUDA fast path, holding the model's weights) when given."""
     import torch
 
-    from rookworld.generation import SamplingSettings, generate_groups
+    from rookworld.generation import SamplingSettings, decoding, generate_groups
 
     limits = max_new_tokens(tokenizer, samples)
     context = model.config.n_positions
@@ -72,8 +77,9 @@ def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig) -> li
         settings = [SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p,
                                      max_new_tokens=max(1, min(limits[s.task], context - len(p))))
                     for s, p in zip(batch, ids)]
-        generation = generate_groups(model, ids, cfg.samples, settings, eos_id=tokenizer.eos_id,
-                                     generator=generator, greedy=cfg.greedy)
+        runner, step = decoding(model, decoder)
+        generation = generate_groups(runner, ids, cfg.samples, settings, eos_id=tokenizer.eos_id,
+                                     generator=generator, greedy=cfg.greedy, decode_step=step)
         texts = tokenizer.decode_batch(generation.completions())
         out.extend(texts[i:i + cfg.samples] for i in range(0, len(texts), cfg.samples))
     return out
@@ -125,15 +131,17 @@ def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[st
     return result
 
 
-def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None) -> dict[str, float]:
-    """Metrics of `model` on `samples` (eval mode, no grad; the model's mode is restored)."""
+def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
+                   decoder: FastDecoder | None = None) -> dict[str, float]:
+    """Metrics of `model` on `samples` (eval mode, no grad; the model's mode is restored), decoded by
+    `decoder` when given (it must hold the model's current weights)."""
     import torch
 
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            groups = complete(model, tokenizer, samples, cfg)
+            groups = complete(model, tokenizer, samples, cfg, decoder)
     finally:
         model.train(was_training)
     return evaluate_completions(samples, groups, pool)
@@ -285,14 +293,17 @@ def run(args: argparse.Namespace) -> int:
             samples = _with_analyses(samples, pool)
             results[Path(args.predictions).name] = evaluate_completions(samples, [[c] for c in completions], pool)
         else:
+            from rookworld.generation import FastDecoder
             from rookworld.hub import load_model, resolve_default_model
-            from rookworld.runtime import pick_device
+            from rookworld.runtime import fast_path, pick_device
 
             samples = _load_samples(args)
             device = pick_device(args.device, args.threads)
+            fast = fast_path(cfg.fast_decode, device)
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
-                results[name] = evaluate_model(model, tokenizer, samples, cfg, pool)
+                results[name] = evaluate_model(model, tokenizer, samples, cfg, pool,
+                                               FastDecoder(model) if fast else None)
     _print_table(results)
     if args.out:
         Path(args.out).write_text(json.dumps(jsonable(results), indent=2) + "\n", encoding="utf-8")

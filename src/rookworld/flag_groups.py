@@ -22,7 +22,7 @@ TRAIN: dict[str, list[str]] = {
     "guards (0 turns one off)": ["kl_max", "reward_drop", "lr_backoff", "max_rollbacks"],
     "eval": ["eval_every", "eval_limit", "eval_draws", "eval_sampled_limit", "eval_temperature"],
     "checkpoints and logging": ["out", "checkpoint_every", "keep_last", "tensorboard", "wandb_project", "log_samples"],
-    "hardware": ["device", "threads", "ref_device", "processes", "engine_rewards"],
+    "hardware": ["device", "threads", "ref_device", "processes", "engine_rewards", "fast_decode"],
 }
 
 SFT: dict[str, list[str]] = {

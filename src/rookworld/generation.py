@@ -13,6 +13,7 @@ nucleus cut); they match to float rounding (cached vs full attention).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -263,3 +264,25 @@ def fast_decode_step(model: GPT, compile: bool = True, cuda_graph: bool = True) 
             raise ValueError("cuda_graph=True needs the model on a CUDA device")
         step = CUDAGraphStep(step)
     return step
+
+
+class FastDecoder:
+    """The CUDA fast path of sampling: a bf16 copy of a (fp32) model whose decode step replays a CUDA
+    graph. The copy is what `generate_groups` runs (`model`, `step`); `sync(source)` copies the source's
+    current weights into it, once per optimizer step. The source keeps its fp32 master weights."""
+
+    def __init__(self, source: GPT) -> None:
+        if source.wte.weight.device.type != "cuda":
+            raise ValueError("FastDecoder needs the model on a CUDA device (bf16 and CUDA graphs)")
+        self.model = copy.deepcopy(source).to(torch.bfloat16).eval().requires_grad_(False)
+        self.step = CUDAGraphStep(self.model.decode_step)
+
+    @torch.no_grad()
+    def sync(self, source: GPT) -> None:
+        for mine, theirs in zip(self.model.parameters(), source.parameters()):
+            mine.copy_(theirs)
+
+
+def decoding(model: GPT, decoder: FastDecoder | None) -> tuple[GPT, DecodeStep | None]:
+    """The model and decode step that `generate_groups` should run: the fast decoder's when given."""
+    return (model, None) if decoder is None else (decoder.model, decoder.step)

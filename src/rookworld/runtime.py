@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from rookworld.errors import UserError
+
 
 def default_cpu_threads() -> int:
     """The usable cores shared among this machine's torchrun processes.
@@ -24,3 +26,12 @@ def pick_device(requested: str | None = None, threads: int | None = None) -> str
     if device == "cpu":
         torch.set_num_threads(threads or default_cpu_threads())
     return device
+
+
+def fast_path(requested: bool | None, device: str) -> bool:
+    """Whether the CUDA fast path (bf16 CUDA-graph sampling, bf16 autocast update) runs: `requested`,
+    else on exactly when the device is CUDA."""
+    on_cuda = device.startswith("cuda")
+    if requested and not on_cuda:
+        raise UserError(f"--fast-decode true needs a CUDA device, not {device!r}; leave it unset or false")
+    return on_cuda if requested is None else requested

@@ -17,6 +17,7 @@ import copy
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ from rookworld import checkpoint, grpo, training
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
-from rookworld.generation import Generation, SamplingSettings, generate_groups
-from rookworld.rewards import RewardConfig, reweigh, weights_at
+from rookworld.generation import FastDecoder, Generation, SamplingSettings, decoding, generate_groups
+from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
+from rookworld.runtime import fast_path
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
@@ -96,6 +98,9 @@ class TrainConfig:
     threads: int | None = shared("threads", None)
     ref_device: str | None = field(default=None, metadata={"help": "reference model device (default: the "
                                                            "policy's)"})
+    fast_decode: bool | None = field(default=None, metadata={
+        "help": "the CUDA fast path: sampling and eval from a bf16 copy of the policy with CUDA-graph decoding, "
+                "and a bf16 autocast update over fp32 master weights (default: on with CUDA; false: fp32 eager)"})
     processes: int | None = field(default=None, metadata={"help": "Stockfish processes for moves outside the "
                                                           "stored analysis (default: one per core)"})
     engine_rewards: bool = field(default=True, metadata={"help": "score P moves outside the stored analysis with "
@@ -230,24 +235,31 @@ def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> Sa
 
 
 @torch.no_grad()
-def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
-                  generator: torch.Generator, pool, timings: dict[str, float],
-                  rcfg: RewardConfig | None = None) -> list[Group]:
-    """Sample and score G completions of each prompt of one chunk; adds its seconds to `timings`."""
-    from rookworld.rewards import score_batch
-
-    t0 = time.perf_counter()
+def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
+                 generator: torch.Generator,
+                 decoder: FastDecoder | None = None) -> tuple[Generation, list[str], list[SamplingSettings]]:
+    """G completions of each prompt of one chunk (by `decoder`, the CUDA fast path, when given): the
+    generation, its texts and each prompt's sampling settings."""
     ids = tokenizer.encode_prompts([s.prompt for s in samples])
     settings = [sampling_settings(cfg, limits, s.task) for s in samples]
-    gen: Generation = generate_groups(policy, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id,
-                                      generator=generator)
-    texts = tokenizer.decode_batch(gen.completions())
+    runner, step = decoding(policy, decoder)
+    gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
+                          decode_step=step)
+    return gen, tokenizer.decode_batch(gen.completions()), settings
+
+
+def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool,
+                rcfg: RewardConfig | None) -> tuple[list[Score], float]:
+    """The rewards of one chunk's completions (texts[i] answers samples[i // G]) and the seconds they took."""
+    t0 = time.perf_counter()
     G = cfg.group_size
-    t1 = time.perf_counter()
     scores = score_batch([(samples[i // G].prompt, text, samples[i // G].analysis) for i, text in enumerate(texts)],
                          pool if cfg.engine_rewards else None, rcfg)
-    timings["time/generate"] = timings.get("time/generate", 0.0) + t1 - t0
-    timings["time/reward"] = timings.get("time/reward", 0.0) + time.perf_counter() - t1
+    return scores, time.perf_counter() - t0
+
+
+def chunk_groups(samples: list[Sample], gen: Generation, texts: list[str], settings: list[SamplingSettings],
+                 scores: list[Score], G: int) -> list[Group]:
     groups = []
     for b, sample in enumerate(samples):
         rows = slice(b * G, (b + 1) * G)
@@ -259,25 +271,45 @@ def rollout_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, li
 
 def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
             first_chunk: int, pool, d: Dist, timings: dict[str, float],
-            rcfg: RewardConfig | None = None) -> list[Group | None]:
-    """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None."""
+            rcfg: RewardConfig | None = None, decoder: FastDecoder | None = None) -> list[Group | None]:
+    """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None.
+
+    A chunk is scored on a second thread while the next one is sampled (Stockfish works in its own
+    processes meanwhile): `time/reward` is the wait for scores after the last chunk is sampled, the part
+    on the step's critical path; `time/reward_total` the scoring's own time."""
     device = policy.wte.weight.device
     size = chunk_size(cfg, d)
     rcfg = rcfg or RewardConfig()
     warming = step < rcfg.reward_warmup_steps
     weights = weights_at(rcfg, step)
     groups: list[Group | None] = [None] * len(samples)
-    for c, start in enumerate(range(0, len(samples), size)):
-        chunk = first_chunk + c
-        if chunk % d.world != d.rank:
-            continue
-        part = samples[start:start + size]
-        made = rollout_chunk(policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device),
-                             pool, timings, rcfg)
-        if warming:  # the reward warm-up: the same components under the step's weights
-            made = [replace(g, rewards=[reweigh(c, weights[g.sample.task]) for c in g.components]) for g in made]
-        groups[start:start + len(part)] = made
+    pending = []
+    with ThreadPoolExecutor(max_workers=1) as scorer:
+        for c, start in enumerate(range(0, len(samples), size)):
+            chunk = first_chunk + c
+            if chunk % d.world != d.rank:
+                continue
+            part = samples[start:start + size]
+            t0 = time.perf_counter()
+            gen, texts, settings = sample_chunk(policy, tokenizer, part, cfg, limits,
+                                                chunk_generator(cfg.seed, step, chunk, device), decoder)
+            _add_time(timings, "time/generate", time.perf_counter() - t0)
+            pending.append((start, part, gen, texts, settings, scorer.submit(score_chunk, part, texts, cfg, pool,
+                                                                             rcfg)))
+        for start, part, gen, texts, settings, future in pending:
+            t0 = time.perf_counter()
+            scores, seconds = future.result()
+            _add_time(timings, "time/reward", time.perf_counter() - t0)
+            _add_time(timings, "time/reward_total", seconds)
+            made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
+            if warming:  # the reward warm-up: the same components under the step's weights
+                made = [replace(g, rewards=[reweigh(c, weights[g.sample.task]) for c in g.components]) for g in made]
+            groups[start:start + len(part)] = made
     return groups
+
+
+def _add_time(timings: dict[str, float], name: str, seconds: float) -> None:
+    timings[name] = timings.get(name, 0.0) + seconds
 
 
 def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
@@ -290,12 +322,12 @@ def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
 
 
 def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
-            pool, d: Dist, timings: dict[str, float],
-            rcfg: RewardConfig | None = None) -> tuple[list[Group | None], list[GroupSummary]]:
+            pool, d: Dist, timings: dict[str, float], rcfg: RewardConfig | None = None,
+            decoder: FastDecoder | None = None) -> tuple[list[Group | None], list[GroupSummary]]:
     """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
     zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
     resample_rounds rounds); a replacement lives on the rank that sampled it."""
-    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg)
+    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder)
     summaries = shared_summaries(groups, d)
     size = chunk_size(cfg, d)
     chunks = math.ceil(len(samples) / size)
@@ -304,7 +336,7 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
         if not flat:
             break
         extra = sampler.next(len(flat))
-        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg)
+        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg, decoder)
         chunks += math.ceil(len(extra) / size)
         for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
             if not summary.zero_std:
@@ -386,6 +418,9 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
 
     needs_ref = beta > 0 and reference is not None
     full_kl = gcfg.kl_estimator == "full"
+    device = policy.wte.weight.device
+    # the fast path's update: bf16 matmuls, fp32 master weights, log-softmax in fp32 (token_logprobs)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=fast_path(cfg.fast_decode, str(device)))
     local_norm = (0.0 if gcfg.aggregation == "bnpo" or batch is None else
                   grpo.global_normalizer(batch.completion_mask, gcfg, truncated=~batch.finished,
                                          max_completion_length=max_completion))
@@ -400,7 +435,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     # Reference log-probs, once per batch, without gradients. The old (sampling) policy's are the ones
     # generation returned: they equal a recomputation at the same temperature to float rounding (tested).
     ref = []
-    with torch.no_grad():
+    with torch.no_grad(), autocast:
         for ids, attn, mask, _, _, _, temp in micro:
             if needs_ref and not full_kl:
                 ref_dev = reference.wte.weight.device
@@ -415,9 +450,10 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         for (ids, attn, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
-            tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
-                                reference=reference if needs_ref and full_kl else None, kl=needs_ref and full_kl,
-                                kl_direction=gcfg.kl_direction)
+            with autocast:
+                tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
+                                    reference=reference if needs_ref and full_kl else None,
+                                    kl=needs_ref and full_kl, kl_direction=gcfg.kl_direction)
             old_logp = sampled_logp if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
             loss, stats = grpo.loss(tl.logp, old_logp,
                                     ref_logp if needs_ref else None, adv, mask, gcfg, beta=beta,
@@ -574,6 +610,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     model_source = str(resume_dir or cfg.model or resolve_default_model())
     policy, tokenizer = load_model(model_source, device=device)
     policy.train()
+    decoder = FastDecoder(policy) if fast_path(cfg.fast_decode, device) else None
     reference = None
     if gcfg.beta > 0:
         ref_source = cfg.model or str(resolve_default_model())
@@ -614,8 +651,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                                   balanced_subset(eval_samples, cfg.eval_sampled_limit))
 
     def held_out(step: int, pool) -> dict[str, float]:
+        if decoder is not None:
+            decoder.sync(policy)
         found = {f"{prefix}{k}": v for prefix, (eval_cfg, samples) in evals.items()
-                 for k, v in evaluate_model(policy, tokenizer, samples, eval_cfg, pool).items()}
+                 for k, v in evaluate_model(policy, tokenizer, samples, eval_cfg, pool, decoder).items()}
         logger.log_eval(step, found)
         return found
 
@@ -642,8 +681,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             t0 = time.perf_counter()
             samples = fixed_batch or sampler.next(cfg.batch_size)
             timings: dict[str, float] = {}
+            if decoder is not None:
+                decoder.sync(policy)
             groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
-                                        rcfg)
+                                        rcfg, decoder)
             adv = step_advantages(summaries, gcfg, ema)
             learn = learning_groups(groups, adv, cfg)
             metrics = step_metrics(summaries, adv)
