@@ -164,6 +164,28 @@ def test_chunks_are_scored_on_a_second_thread_with_the_same_rewards(tiny_run_inp
             assert torch.equal(mine.sequences, theirs.sequences) and mine.rewards == theirs.rewards
 
 
+def test_engine_p_truth_scores_against_a_search_at_the_label_limit(tiny_run_inputs, tmp_path):
+    from rookworld.rewards import score_batch
+    from rookworld.stockfish import LABEL_LIMIT, StockfishPool
+
+    model_dir, data = tiny_run_inputs
+    stored = tiny_config(model_dir, data, tmp_path / "run")
+    engine = replace(stored, p_truth="engine")
+    samples = [s for s in train.load_data(stored)[0] if s.task == "P"][:2]
+    texts = [s.target for s in samples for _ in range(stored.group_size)]  # the data's own labels
+    with StockfishPool(processes=1) as pool:
+        from_data, _ = train.score_chunk(samples, texts, stored, pool, None)
+        scores, _ = train.score_chunk(samples, texts, engine, pool, None)
+        searched = pool.analyse([s.fen for s in samples], LABEL_LIMIT)
+        assert all(a.limit == "depth=10" for a in searched)
+        expected = score_batch([(s.prompt, s.target, a) for s, a in zip(samples, searched)
+                                for _ in range(stored.group_size)], pool)
+    assert [s.reward for s in scores] == [s.reward for s in expected]
+    assert [s.reward for s in scores] != [s.reward for s in from_data]  # depth 10 is another truth
+    with pytest.raises(ValueError, match="p_truth 'engine' searches every P prompt"):
+        replace(stored, p_truth="engine", engine_rewards=False)
+
+
 def test_fast_decode_is_refused_off_cuda(tmp_path, capsys):
     code = cli.main(["train", "--fast-decode", "true", "--device", "cpu", "--out", str(tmp_path / "run")])
     assert code != 0 and "--fast-decode true needs a CUDA device" in capsys.readouterr().err

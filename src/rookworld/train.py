@@ -35,6 +35,7 @@ from rookworld.runtime import fast_path
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
+P_TRUTHS = ("stored", "engine")
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
 TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
@@ -105,6 +106,10 @@ class TrainConfig:
                                                           "stored analysis (default: one per core)"})
     engine_rewards: bool = field(default=True, metadata={"help": "score P moves outside the stored analysis with "
                                                          "Stockfish (false: a flat small credit, no engine time)"})
+    p_truth: str = field(default="stored", metadata={
+        "help": "P reward truth: 'stored' (the data's analysis; the embedded set's is at depth 7) or 'engine' "
+                "(Stockfish at the label limit, depth 10, multipv 5, searched on demand and cached: the truth "
+                "`rookworld eval` judges moves by)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -119,6 +124,9 @@ class TrainConfig:
              "rollout_chunk and micro_batch_size must be >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
+            (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
+            (self.p_truth == "stored" or self.engine_rewards,
+             "p_truth 'engine' searches every P prompt with Stockfish: it needs engine_rewards true"),
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
             (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
@@ -253,7 +261,8 @@ def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool,
     """The rewards of one chunk's completions (texts[i] answers samples[i // G]) and the seconds they took."""
     t0 = time.perf_counter()
     G = cfg.group_size
-    scores = score_batch([(samples[i // G].prompt, text, samples[i // G].analysis) for i, text in enumerate(texts)],
+    truth = [s.analysis if cfg.p_truth == "stored" else None for s in samples]  # None: score_batch searches it
+    scores = score_batch([(samples[i // G].prompt, text, truth[i // G]) for i, text in enumerate(texts)],
                          pool if cfg.engine_rewards else None, rcfg)
     return scores, time.perf_counter() - t0
 
