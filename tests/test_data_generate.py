@@ -1,8 +1,11 @@
 """`rookworld data generate` end to end with the real engine: labels, mix, manifest, byte-identical
-reruns, resume after an interruption, PGN input, and `data stats` / `data export` on the result."""
+reruns, resume after an interruption, PGN input, game ids and the split by game, and `data stats` /
+`data export` on the result."""
 
+import gzip
 import json
 import shutil
+from collections import Counter
 
 import chess
 import chess.pgn
@@ -13,7 +16,9 @@ from rookworld import arbiter, cli, text
 from rookworld.data.generate import PROGRESS, GenerateConfig, generate, shard_name
 from rookworld.data.position import position_key
 from rookworld.data.sources import load_files
-from rookworld.data.splits import split_of
+from rookworld.data.splits import game_fraction, sample_split, split_of
+from rookworld.data.stats import tally
+from rookworld.data.synthetic import RECIPES
 from rookworld.errors import UserError
 
 pytestmark = pytest.mark.stockfish
@@ -29,6 +34,33 @@ def generated(tmp_path_factory):
 
 def _data_bytes(out):
     return {path.name: path.read_bytes() for path in sorted(out.glob("shard-*.jsonl.gz"))}
+
+
+def _records(out):
+    return [json.loads(line) for path in sorted(out.glob("shard-*.jsonl.gz"))
+            for line in gzip.open(path, "rt").read().splitlines()]
+
+
+def _game_positions(games):
+    """{position key of every position before a move} of each game (chess.pgn games)."""
+    positions = []
+    for game in games:
+        board = game.board()
+        keys = set()
+        for move in game.mainline_moves():
+            keys.add(position_key(board.fen()))
+            board.push(move)
+        positions.append(keys)
+    return positions
+
+
+def _read_pgns(paths):
+    games = []
+    for path in paths:
+        with open(path) as handle:
+            while (game := chess.pgn.read_game(handle)) is not None:
+                games.append(game)
+    return games
 
 
 def test_generation_labels_p_with_stockfish_rank_1_and_a_with_the_arbiter(generated):
@@ -95,16 +127,20 @@ def test_pgn_generation_resumes_after_an_interruption_and_feeds_stats_and_export
     finished = _data_bytes(out)
     assert len(finished) == 2
 
-    positions = set()  # every P position comes from the PGN games
-    for pgn in pgns:
-        with open(pgn) as handle:
-            while (game := chess.pgn.read_game(handle)) is not None:
-                board = game.board()
-                for move in game.mainline_moves():
-                    positions.add(position_key(board.fen()))
-                    board.push(move)
+    # every P position comes from the PGN games, and from the game its id names: game k of shard s is the
+    # (2s + k)-th game of the files (2 games per shard); A samples with an id ask about a position of it
+    per_game = _game_positions(_read_pgns(pgns))
+    records = _records(out)
     samples = load_files(out, "all").samples
-    assert {position_key(s.fen) for s in samples if s.task == "P"} <= positions
+    assert [s.meta.get("game") for s in samples] == [r.get("g") for r in records]
+    assert all(s.meta["game"] for s in samples if s.task == "P")
+    for sample in samples:
+        if sample.meta.get("game") is not None:
+            seed, shard, game = map(int, sample.meta["game"].split("-"))
+            assert seed == 5 and position_key(sample.fen) in per_game[2 * shard + game]
+        else:  # only samples not made from a game position lack an id
+            assert sample.task == "A" and sample.meta["case"] in {*RECIPES, "en_passant", "first_move"}
+    assert len({s.meta["game"] for s in samples if "game" in s.meta}) == 4
 
     # an interruption after the first shard: the second shard is missing from disk and from progress.json
     progress = json.loads((out / PROGRESS).read_text())
@@ -113,18 +149,21 @@ def test_pgn_generation_resumes_after_an_interruption_and_feeds_stats_and_export
     (out / shard_name(1)).unlink()
     (out / "manifest.json").unlink()
     assert cli.main(args) == 0
-    assert _data_bytes(out) == finished
+    assert _data_bytes(out) == finished and _records(out) == records  # game ids included
     assert json.loads((out / "manifest.json").read_text())["games"] == 4  # 2 per shard, read on after resume
 
     capsys.readouterr()
     assert cli.main(["data", "stats", str(out)]) == 0
     shown = capsys.readouterr().out
     assert "illegal" in shown and "phase" in shown and "rows read: 52 in the split, 0 in the other" in shown
+    assert "eval, position in train" in shown
     target = tmp_path / "train.jsonl"
     assert cli.main(["data", "export", "--source", str(out), "--split", "train", "--out", str(target)]) == 0
     exported = load_files(target, "all").samples
     assert [s.prompt for s in exported] == [s.prompt for s in load_files(out, "train").samples]
-    assert all(split_of(s.fen) == "train" for s in exported) and len(exported) < 52
+    assert all(sample_split(s) == "train" for s in exported)  # the game id travels with the export
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(exported) == sum(manifest["counts"]["split"]["train"].values())
 
 
 def test_copied_generation_directory_is_complete_and_rerun_is_a_no_op(generated, tmp_path):
@@ -133,3 +172,27 @@ def test_copied_generation_directory_is_complete_and_rerun_is_a_no_op(generated,
     shutil.copytree(out, copy)
     again = generate(GenerateConfig(out=str(copy), **TINY))
     assert _data_bytes(copy) == _data_bytes(out) and again["counts"] == manifest["counts"]
+
+
+
+def test_every_sample_of_one_game_is_on_one_side(generated):
+    out, manifest = generated
+    records = _records(out)
+    assert all("g" in r for r in records if r["t"] == "P")
+    assert all(r["c"] in {*RECIPES, "en_passant", "first_move"} for r in records if "g" not in r)
+    train = load_files(out, "train", eval_fraction=0.5).samples  # 0.5: both sides get games here
+    held_out = load_files(out, "eval", eval_fraction=0.5).samples
+    train_games = {s.meta["game"] for s in train if "game" in s.meta}
+    eval_games = {s.meta["game"] for s in held_out if "game" in s.meta}
+    assert train_games and eval_games and not train_games & eval_games
+    assert all(game_fraction(g) >= 0.5 for g in train_games) and all(game_fraction(g) < 0.5 for g in eval_games)
+    assert all(split_of(s.fen, 0.5) == "train" for s in train if "game" not in s.meta)  # no id: by position
+    assert all(split_of(s.fen, 0.5) == "eval" for s in held_out if "game" not in s.meta)
+    counts = tally(train + held_out, 0.5)
+    assert counts["split"] == {"eval": Counter(s.task for s in held_out), "train": Counter(s.task for s in train)}
+    train_keys = {position_key(s.fen) for s in train}
+    assert counts["eval_positions_in_train"] == {t: sum(s.task == t and position_key(s.fen) in train_keys
+                                                        for s in held_out) for t in ("A", "P")}
+    # the manifest counts with the loader's rule (decided on the stored records, before decoding)
+    assert manifest["counts"]["split"]["train"] == Counter(s.task for s in load_files(out, "train").samples)
+    assert set(manifest["counts"]["eval_positions_in_train"]) == {"A", "P"}

@@ -13,7 +13,8 @@
 | first_move            | 0.4%  | the initial position, or black's first reply (only 420 such prompts)    |
 
 History follows the original data: the last up to 10 moves of the game, the current move last. A case
-that cannot be filled (all first moves used, a PGN without castling) is made up with game moves.
+that cannot be filled (all first moves used, a PGN without castling) is made up with game moves. A sample
+made from a game position carries the ply's game id (meta.game); synthetic and first-move samples have none.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ GAME_SCAN_CASES = ("promotion", "en_passant", "castling")
 _ATTEMPTS_PER_SAMPLE = 2000  # synthetic and first-move attempts before a case counts as exhausted
 
 
+def _game_meta(game: str | None) -> dict[str, str]:
+    return {"game": game} if game is not None else {}
+
+
 def rare_quotas(count: int) -> dict[str, int]:
     return {case: round(count * share) for case, share in RARE_SHARES.items()}
 
@@ -49,12 +54,13 @@ class AMixer:
         self.seen = seen
         self.samples: list[Sample] = []
 
-    def _add(self, fen: str, move: str, history: Sequence[str], case: str | None = None) -> bool:
+    def _add(self, fen: str, move: str, history: Sequence[str], case: str | None = None,
+             game: str | None = None) -> bool:
         """Add the sample of this move unless its prompt was used or (when `case` is given) it is another case."""
         prompt = text.a_prompt(fen, move, [*history, move])
         if prompt in self.seen:
             return False
-        sample = a_sample(prompt)
+        sample = a_sample(prompt, _game_meta(game))
         if case is not None and sample.meta["case"] != case:
             return False
         self.seen.add(prompt)
@@ -84,19 +90,19 @@ class AMixer:
             if len(self.samples) >= count:
                 break
             ply = plies[int(index)]
-            self._add(ply.fen, ply.move, ply.history)
+            self._add(ply.fen, ply.move, ply.history, game=ply.game)
         return self.samples
 
     def _illegal(self, plies: Sequence[Ply]) -> bool:
         ply = plies[int(self.rng.integers(len(plies)))]
-        return self._add(ply.fen, illegal_move(chess.Board(ply.fen), self.rng).uci(), ply.history, "illegal")
+        return self._add(ply.fen, illegal_move(chess.Board(ply.fen), self.rng).uci(), ply.history, "illegal", ply.game)
 
     def _game_endings(self, games: Sequence[Sequence[Ply]], quotas: dict[str, int]) -> None:
         """Games' final moves that mate or draw, while their case still has room."""
         for game in games:
             if game:
                 last = game[-1]
-                sample = a_sample(text.a_prompt(last.fen, last.move, [*last.history, last.move]))
+                sample = a_sample(text.a_prompt(last.fen, last.move, [*last.history, last.move]), _game_meta(last.game))
                 case = sample.meta["case"]
                 if quotas.get(case, 0) > 0 and sample.prompt not in self.seen:
                     self.seen.add(sample.prompt)
@@ -122,7 +128,7 @@ class AMixer:
             for case in open_cases:
                 if candidates[case]:
                     ply, move = candidates[case][int(self.rng.integers(len(candidates[case])))]
-                    quotas[case] -= self._add(ply.fen, move.uci(), ply.history, case)
+                    quotas[case] -= self._add(ply.fen, move.uci(), ply.history, case, ply.game)
 
     def _synthetic(self, case: str) -> bool:
         made = synthetic_case(case, self.rng)

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     generate.add_argument("--pgn", nargs="+", action="extend", default=None, metavar="FILE",
                           help="PGN files to take games from instead of Stockfish self-play")
 
-    stats = actions.add_parser("stats", help="counts by task, A case and game phase")
+    stats = actions.add_parser("stats", help="counts by task, A case, game phase and split, and eval samples whose "
+                               "position the train split also has")
     stats.add_argument("source", nargs="?", default=EMBEDDED, help="embedded, a local path or a hub id")
     stats.add_argument("--split", choices=SPLITS, default="all")
     stats.add_argument("--limit", type=int, default=None, help="count only the first N samples")
@@ -86,6 +87,9 @@ def _stats(samples: SampleSet) -> int:
     for split, tasks in counts.get("split", {}).items():
         for key, n in tasks.items():
             table.add_row(f"{split} split", key, str(n))
+    if samples.split == "all":  # the train positions are only known when both splits were read
+        for key, n in counts.get("eval_positions_in_train", {}).items():
+            table.add_row("eval, position in train", key, str(n))
     console.print(table)
     report = samples.report
     console.print(f"rows read: {report.samples} in the split, {report.other_split} in the other split, "

@@ -12,7 +12,7 @@ from rookworld import text
 from rookworld.data.a_mix import AMixer
 from rookworld.data.games import Ply
 from rookworld.data.record import Sample
-from rookworld.data.splits import split_of
+from rookworld.data.splits import sample_split
 from rookworld.errors import UserError
 
 FRESH_CHUNK = 256  # fresh A samples made at a time: enough for the rare-case shares to round well
@@ -67,7 +67,7 @@ class FreshASamples:
             games.append(_random_continuation(base, FRESH_GAME_PLIES, rng))
         made = AMixer(rng, set()).build(games, FRESH_CHUNK)
         order = rng.permutation(len(made))  # AMixer lists the rare cases first
-        return [made[int(i)] for i in order if split_of(made[int(i)].fen) == "train"]
+        return [made[int(i)] for i in order if sample_split(made[int(i)]) == "train"]  # no game id: by position
 
     def next(self) -> Sample:
         if self._chunk is None:

@@ -22,18 +22,20 @@ class Game:
 @dataclass(frozen=True)
 class Ply:
     """One move of a game: the position before it, the move, and the moves before it (at most 9, so
-    that with the move itself an A prompt's history holds the last 10)."""
+    that with the move itself an A prompt's history holds the last 10), and the game's id in the dataset
+    (None for plies that belong to no recorded game, e.g. fresh random walks)."""
 
     fen: str
     move: str
     history: tuple[str, ...]
     index: int  # ply number in the game, from 0
+    game: str | None = None
 
 
-def plies(game: Game) -> Iterator[Ply]:
+def plies(game: Game, game_id: str | None = None) -> Iterator[Ply]:
     board = chess.Board(game.start_fen)
     for index, move in enumerate(game.moves):
-        yield Ply(board.fen(), move, game.moves[max(0, index - (MAX_HISTORY - 1)):index], index)
+        yield Ply(board.fen(), move, game.moves[max(0, index - (MAX_HISTORY - 1)):index], index, game_id)
         board.push_uci(move)
 
 

@@ -3,7 +3,8 @@
 Positions come from the user's PGN files or, by default, from Stockfish self-play (selfplay.py). P
 samples are positions labelled by the engine pool (multipv 5; `B:` is the rank-1 move, M and E shuffled
 together with the seed); A samples are moves of the same games plus rare cases (a_mix.py). Positions
-with fewer than 5 legal moves list all of them (Stockfish's multipv returns that many).
+with fewer than 5 legal moves list all of them (Stockfish's multipv returns that many). Every record of a
+sample from a game stores the game's id (`g`: seed-shard-game), by which splits.py splits the data.
 
 The work is cut into shards (about `shard_size` samples each), each with its own random stream
 (seed, shard), written atomically as `shard-NNNNN.jsonl.gz` (compact records, store.py) and recorded in
@@ -121,6 +122,12 @@ def shard_name(index: int) -> str:
     return f"shard-{index:05d}.jsonl.gz"
 
 
+def game_id(seed: int, shard: int, game: int) -> str:
+    """The id of a shard's game (its index among the shard's games): unique within the dataset and
+    different between seeds; stored with every sample of the game (splits.py splits by it)."""
+    return f"{seed}-{shard}-{game}"
+
+
 def quota(total: int, shards: int, index: int) -> int:
     """Shard `index`'s even part of `total`."""
     return total * (index + 1) // shards - total * index // shards
@@ -150,11 +157,14 @@ class _Run:
             return list(islice(self.pgn_games, count))
         return play_games(self.pool, count, rng, self.config.selfplay)
 
-    def _collect(self, rng: np.random.Generator, n_p: int, n_a: int, label: str) -> tuple[list[list[Ply]], list[str]]:
+    def _collect(self, rng: np.random.Generator, shard: int, n_p: int, n_a: int,
+                 label: str) -> tuple[list[list[Ply]], list[tuple[str, str]]]:
         """Games until there are `n_p` new P positions and enough plies for `n_a` A samples (or the PGN
-        games run out); each round plays about as many games as still needed, at most 16."""
+        games run out); each round plays about as many games as still needed, at most 16. Returns the
+        games' plies (each with its game's id) and the P positions as (FEN, id of the game in which it
+        was picked; a position is picked once per dataset)."""
         games: list[list[Ply]] = []
-        fens: list[str] = []
+        fens: list[tuple[str, str]] = []
         keys: set[str] = set()
         n_plies = 0
         while len(fens) < n_p or n_plies < A_PLIES * n_a:
@@ -163,26 +173,29 @@ class _Run:
             if not batch:
                 break
             for game in batch:
-                game_plies = list(plies(game))
+                gid = game_id(self.config.seed, shard, len(games))
+                game_plies = list(plies(game, gid))
                 games.append(game_plies)
                 n_plies += len(game_plies)
                 for ply in game_plies:
                     key = position_key(ply.fen)
                     if key not in self.seen_positions and key not in keys and rng.random() < P_KEEP:
                         keys.add(key)
-                        fens.append(ply.fen)
+                        fens.append((ply.fen, gid))
             self.progress.update(self.task_id, description=f"{label}: games ({len(games)} games, {n_plies} plies)")
         return games, fens[:n_p]
 
-    def _label(self, rng: np.random.Generator, fens: list[str], label: str) -> list[tuple[Sample, list[int]]]:
+    def _label(self, rng: np.random.Generator, fens: list[tuple[str, str]],
+               label: str) -> list[tuple[Sample, list[int]]]:
         self.progress.update(self.task_id, description=f"{label}: labelling P positions")
         labelled: list[tuple[Sample, list[int]]] = []
         for start in range(0, len(fens), LABEL_CHUNK):
             chunk = fens[start:start + LABEL_CHUNK]
-            for analysis in self.pool.analyse(chunk, self.config.label_limit, MULTIPV):
+            analyses = self.pool.analyse([fen for fen, _ in chunk], self.config.label_limit, MULTIPV)
+            for analysis, (_, game) in zip(analyses, chunk):
                 if analysis.moves:  # a position before a game move always has one; guard a bad PGN
                     order = [int(i) for i in rng.permutation(len(analysis.moves))]
-                    labelled.append((p_sample(analysis, order), order))
+                    labelled.append((p_sample(analysis, order, {"game": game}), order))
             self.progress.advance(self.task_id, len(chunk))
         return labelled
 
@@ -193,7 +206,7 @@ class _Run:
         n_p = quota(config.p_positions, config.shards, index)
         n_a = quota(config.a_samples, config.shards, index)
         started = time.perf_counter()
-        games, fens = self._collect(rng, n_p, n_a, label)
+        games, fens = self._collect(rng, index, n_p, n_a, label)
         collected = time.perf_counter()
         labelled = self._label(rng, fens, label)
         labelled_at = time.perf_counter()

@@ -23,7 +23,7 @@ from typing import Any
 
 from rookworld.data import rows, store
 from rookworld.data.record import Sample
-from rookworld.data.splits import EVAL_FRACTION, HUB_SPLITS, Split, check_split, in_split
+from rookworld.data.splits import EVAL_FRACTION, HUB_SPLITS, Split, check_split, in_split, sample_split
 from rookworld.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ Row = str | Mapping[str, Any] | BadRow
 @dataclass
 class LoadReport:
     """What happened to the rows read from a source: samples of the split, rows of the other split (by
-    position), rows skipped as unparseable (the first few kept), and A rows whose stated target the
-    arbiter overruled."""
+    game or position, splits.py), rows skipped as unparseable (the first few kept), and A rows whose
+    stated target the arbiter overruled."""
 
     source: str
     samples: int = 0
@@ -78,7 +78,7 @@ class SampleSet:
     split: Split
     samples: list[Sample]
     report: LoadReport
-    eval_fraction: float | None  # of the split by position; None for hub data (split by the hub)
+    eval_fraction: float | None  # of the split by game or position; None for hub data (split by the hub)
 
 
 def embedded_path() -> Path:
@@ -140,15 +140,16 @@ def hub_rows(name: str, split: Split, data_files: Any = None) -> Iterator[tuple[
 
 def _samples(rows_: Iterator[tuple[str, Row]], report: LoadReport, split: Split,
              eval_fraction: float | None) -> Iterator[Sample]:
-    """The samples of the rows in `split`; `eval_fraction` None: no split by position (hub data)."""
-    by_position = eval_fraction is not None and split != "all"
+    """The samples of the rows in `split` (splits.py: by game, else by position); `eval_fraction` None: no
+    split here (hub data)."""
+    splitting = eval_fraction is not None and split != "all"
     for where, row in rows_:
         if isinstance(row, BadRow):
             report.skip(where, row.reason)
             continue
-        if by_position and isinstance(row, Mapping) and store.is_compact(row):
+        if splitting and isinstance(row, Mapping) and store.is_compact(row):
             fen = store.record_fen(row)  # generated data: split before the (costlier) decoding
-            if fen is not None and not in_split(fen, split, eval_fraction):
+            if fen is not None and not in_split(fen, split, eval_fraction, store.record_game(row)):
                 report.other_split += 1
                 continue
         try:
@@ -156,7 +157,7 @@ def _samples(rows_: Iterator[tuple[str, Row]], report: LoadReport, split: Split,
         except (ValueError, KeyError, TypeError) as exc:  # rows are untrusted input of any shape
             report.skip(where, f"{type(exc).__name__}: {exc}")
             continue
-        if by_position and not in_split(sample.fen, split, eval_fraction):
+        if splitting and sample_split(sample, eval_fraction) != split:
             report.other_split += 1
             continue
         report.samples += 1
@@ -185,7 +186,7 @@ def load_hub(name: str, split: Split = "train", *, limit: int | None = None, dat
 
 def load_files(path: str | Path, split: Split = "train", *, limit: int | None = None,
                eval_fraction: float = EVAL_FRACTION, name: str | None = None) -> SampleSet:
-    """Samples of local data files, split by position (see splits.py)."""
+    """Samples of local data files, split by game where a sample records one, else by position (splits.py)."""
     split = check_split(split)
     path = Path(path)
     name = name or str(path)
@@ -202,7 +203,7 @@ def load_source(source: str = EMBEDDED, split: Split = "train", *, limit: int | 
     """Samples of `source`: "embedded", a local file or directory, or a hub dataset id (see module doc).
 
     `limit` keeps the first samples of the split (hub datasets are streamed, so a limit reads only that
-    far); local data and the embedded set are split by position with `eval_fraction` held out.
+    far); local data and the embedded set are split by game or position with `eval_fraction` held out.
     """
     if source == EMBEDDED:
         return load_files(embedded_path(), split, limit=limit, eval_fraction=eval_fraction, name=EMBEDDED)
