@@ -1,0 +1,25 @@
+"""benchmarks/grpo_step.py end to end at the tiniest size: both sides run, the table and the ratio line come out."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "grpo_step.py"
+
+
+def test_grpo_step_benchmark_runs_both_sides_and_ends_with_the_ratio():
+    # Two fresh processes (rookworld, then TRL), 8 new tokens: about 10 s on 2 idle cores, 30 s on busy ones.
+    done = subprocess.run([sys.executable, str(SCRIPT), "--batch-size", "2", "--group-size", "2", "--steps", "1",
+                           "--max-new-tokens", "8", "--threads", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert re.fullmatch(r"speed ratio \(TRL s/step / rookworld s/step\): \d+\.\d\d", lines[-1]), lines[-1]
+    rows = [line for line in lines if line.startswith(("| rookworld |", "| TRL GRPOTrainer |"))]
+    assert len(rows) == 2, done.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 8 and all(c != "-" for c in cells[1:]), row
+        assert int(cells[5]) <= 2 * 2 * 8  # completion tokens per step within B x G x max new tokens
+    assert "identical prompt ids" in done.stdout
