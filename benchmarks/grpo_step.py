@@ -7,7 +7,8 @@ sampled at temperature 1 (no top-k/top-p) up to the same max new tokens, scored 
 (`rewards.score_batch`, stored Stockfish truth, no engine calls), group-scaled advantages, the DAPO
 token-mean loss with clip 0.2 and a k3 KL term (beta 0.02, importance-weighted) to a frozen reference,
 AdamW (lr 3e-5, betas 0.9/0.99, no weight decay), gradient clipping at 1, one update per batch, no
-dropout, fp32, zero-std groups kept (no resampling: TRL cannot resample). Each side runs one warm-up step,
+dropout, fp32 on CPU (on CUDA rookworld runs its default fast path: bf16 CUDA-graph sampling and a bf16
+autocast update; TRL fp32), zero-std groups kept (no resampling: TRL cannot resample). Each side runs one warm-up step,
 then --steps timed steps, in a fresh process of its own (spawned one after the other: rookworld, then
 TRL), so peak memory and allocator state do not leak between them.
 
@@ -29,7 +30,7 @@ Peak memory: CPU: the peak resident set of the side's process (getrusage: model,
 the steps); CUDA: torch.cuda.max_memory_allocated over the warm-up and timed steps.
 
 On CUDA the rookworld process also measures decode speed at 128 sequences (128 // G prompts x G, the
-step's prompts, every row to the max new tokens, the trainer's fp32 eager decode) against the GPU's
+step's prompts, every row to the max new tokens, the trainer's bf16 CUDA-graph decode) against the GPU's
 memory-bandwidth bound: per decode step the weights plus the live KV cache (prompt + tokens so far,
 averaged over the decode) must be read once; the bound is sequences / (bytes per step / bandwidth).
 
@@ -133,8 +134,10 @@ def run_rookworld(spec: Spec) -> Result:
     """The trainer's step on spec.batches, as rookworld.train.main runs it (less logging and guards)."""
     start_process(spec)
     from rookworld import grpo, train, training
+    from rookworld.generation import FastDecoder
     from rookworld.hub import load_model
     from rookworld.rewards import RewardConfig
+    from rookworld.runtime import fast_path
 
     B, L = len(spec.batches[0]), spec.max_new_tokens
     cfg = train.TrainConfig(model=spec.model_dir, batch_size=B, group_size=spec.group_size, zero_std="keep",
@@ -146,6 +149,7 @@ def run_rookworld(spec: Spec) -> Result:
     policy.train()
     reference, _ = load_model(spec.model_dir, device=spec.device)
     reference.requires_grad_(False)
+    decoder = FastDecoder(policy) if fast_path(cfg.fast_decode, spec.device) else None  # the trainer's CUDA path
     limits = train.completion_limits(cfg, tokenizer, [])  # both set by the flags: {"P": L, "A": L}
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
@@ -158,7 +162,10 @@ def run_rookworld(spec: Spec) -> Result:
         timings: dict[str, float] = {}
         sync(spec.device)
         t0 = time.perf_counter()
-        groups, summaries = train.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings, rcfg)
+        if decoder is not None:
+            decoder.sync(policy)
+        groups, summaries = train.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings, rcfg,
+                                          decoder)
         adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
         learn = train.learning_groups(groups, adv, cfg)
         t1 = time.perf_counter()
@@ -179,7 +186,7 @@ def run_rookworld(spec: Spec) -> Result:
         print(f"  rookworld step {step}: {t2 - t0:.2f} s", file=sys.stderr)
     result.peak_mb = peak_memory_mb(spec.device)
     if spec.device.startswith("cuda"):
-        result.notes.append(decode_roofline(policy.eval(), tokenizer, spec))
+        result.notes.append(decode_roofline(decoder, tokenizer, spec))
     return result
 
 
@@ -193,10 +200,12 @@ def bandwidth_gbs(spec: Spec) -> tuple[float | None, str]:
     return None, name
 
 
-def decode_roofline(policy, tokenizer, spec: Spec) -> str:
-    """Decode tokens/s of the trainer's sampling at ~128 sequences against the memory-bandwidth bound."""
+def decode_roofline(decoder, tokenizer, spec: Spec) -> str:
+    """Decode tokens/s of the trainer's CUDA sampling (the bf16 CUDA-graph FastDecoder) at ~128 sequences
+    against the memory-bandwidth bound."""
     from rookworld.generation import SamplingSettings, generate_groups
 
+    policy = decoder.model
     G, L = spec.group_size, spec.max_new_tokens
     n_prompts = max(1, ROOFLINE_SEQUENCES // G)
     flat = [s for batch in spec.batches for s in batch]
@@ -208,7 +217,7 @@ def decode_roofline(policy, tokenizer, spec: Spec) -> str:
         sync(spec.device)
         start = time.perf_counter()
         generate_groups(policy, prompts, G, SamplingSettings(max_new_tokens=new_tokens), eos_id=None,
-                        generator=generator)
+                        generator=generator, decode_step=decoder.step)
         sync(spec.device)
         return time.perf_counter() - start
 
@@ -223,8 +232,8 @@ def decode_roofline(policy, tokenizer, spec: Spec) -> str:
     width = max(len(p) for p in prompts)
     live_kv = 2 * c.n_layer * N * c.n_embd * element * (width + L / 2)  # mean over the decode steps
     bandwidth, where = bandwidth_gbs(spec)
-    head = (f"decode roofline (rookworld sampling, fp32 eager, {N} sequences, {width}-token prompts, {L} new tokens; "
-            f"{where}): {decode_tps:,.0f} decode tokens/s")
+    head = (f"decode roofline (rookworld sampling, bf16 CUDA graph, {N} sequences, {width}-token prompts, "
+            f"{L} new tokens; {where}): {decode_tps:,.0f} decode tokens/s")
     if bandwidth is None:
         return head + "; bandwidth unknown for this GPU: pass --bandwidth-gbs for the bound"
     bound = N * bandwidth * 1e9 / (weights + live_kv)
