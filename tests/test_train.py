@@ -205,6 +205,26 @@ def test_cuda_steps_with_and_without_the_fast_path(tiny_run_inputs, tmp_path, fa
     assert after["transformer.wte.weight"].dtype == torch.float32  # master weights stay fp32
 
 
+def test_micro_batches_drop_padding_columns_without_changing_log_probs(tiny_run_inputs, tmp_path):
+    """Rows left-padded to a wider prompt of another chunk: the columns no row uses go, the log-probs stay."""
+    from rookworld.hub import load_model
+    from rookworld.model import token_logprobs
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", rollout_chunk=1)
+    policy, tokenizer = load_model(model_dir)
+    samples = train.load_data(cfg)[0]
+    short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
+    groups = train.rollout(policy, tokenizer, [long, short], cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
+    batch = train.Batch.of([groups[1], groups[0]], [torch.zeros(cfg.group_size)] * 2)
+    ids, attn, mask, *_ = next(batch.micro_batches(cfg.group_size))  # the short prompt's rows alone
+    assert ids.shape[1] < batch.sequences.shape[1] and bool(attn[:, 0].any()) and bool(attn[:, -1].any())
+    rows = slice(0, cfg.group_size)
+    full = token_logprobs(policy, batch.sequences[rows], batch.completion_mask[rows], batch.attention_mask[rows]).logp
+    trimmed = token_logprobs(policy, ids, mask, attn).logp
+    assert torch.allclose(full[batch.completion_mask[rows]], trimmed[mask], atol=1e-5)
+
+
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
     from rookworld.rewards import DENSE_ILLEGAL, NO_MOVE, RewardConfig
 

@@ -404,9 +404,12 @@ class Batch:
     def micro_batches(self, size: int):
         for start in range(0, len(self.sequences), size):
             rows = slice(start, start + size)
-            used = int(self.attention_mask[rows].any(0).nonzero().max()) + 1  # trim right padding
-            yield (self.sequences[rows, :used], self.attention_mask[rows, :used],
-                   self.completion_mask[rows, :used], self.logprobs[rows, :used], self.finished[rows],
+            # columns that no row of the micro-batch uses are padding on both sides (prompts are left-padded
+            # to their chunk's widest, completions end early): the forward and backward skip them
+            live = self.attention_mask[rows].any(0).nonzero()
+            cols = slice(int(live.min()), int(live.max()) + 1)
+            yield (self.sequences[rows, cols], self.attention_mask[rows, cols],
+                   self.completion_mask[rows, cols], self.logprobs[rows, cols], self.finished[rows],
                    self.advantages[rows], self.temperature[rows])
 
 
