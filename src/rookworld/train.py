@@ -289,8 +289,7 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
     device = policy.wte.weight.device
     size = chunk_size(cfg, d)
     rcfg = rcfg or RewardConfig()
-    warming = step < rcfg.reward_warmup_steps
-    weights = weights_at(rcfg, step)
+    warmup = weights_at(rcfg, step) if step < rcfg.reward_warmup_steps else None  # the step's reward weights
     groups: list[Group | None] = [None] * len(samples)
     pending = []
     with ThreadPoolExecutor(max_workers=1) as scorer:
@@ -311,8 +310,8 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             _add_time(timings, "time/reward", time.perf_counter() - t0)
             _add_time(timings, "time/reward_total", seconds)
             made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
-            if warming:  # the reward warm-up: the same components under the step's weights
-                made = [replace(g, rewards=[reweigh(c, weights[g.sample.task]) for c in g.components]) for g in made]
+            if warmup:  # the reward warm-up: the same components under the step's weights
+                made = [replace(g, rewards=[reweigh(c, warmup[g.sample.task]) for c in g.components]) for g in made]
             groups[start:start + len(part)] = made
     return groups
 
