@@ -123,10 +123,10 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
     groups = train.rollout(policy, tokenizer, samples, cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
     batch = train.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
     assert sorted(set(batch.temperature.tolist())) == pytest.approx([0.6, 1.4])
-    for ids, attn, mask, sampled, _, _, temp in batch.micro_batches(64):
-        at_temperature = token_logprobs(policy, ids, mask, attn, temperature=temp).logp
+    for ids, mask, sampled, _, _, temp in batch.micro_batches(64):
+        at_temperature = token_logprobs(policy, ids, mask, temperature=temp).logp
         assert (at_temperature - sampled).abs().max() < 1e-4
-        assert (token_logprobs(policy, ids, mask, attn).logp - sampled).abs().max() > 0.01
+        assert (token_logprobs(policy, ids, mask).logp - sampled).abs().max() > 0.01
     row = records(train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)))[0]
     assert row["ratio/mean"] == pytest.approx(1.0, abs=1e-4) and row["clip_frac"] == 0.0
 
@@ -205,24 +205,42 @@ def test_cuda_steps_with_and_without_the_fast_path(tiny_run_inputs, tmp_path, fa
     assert after["transformer.wte.weight"].dtype == torch.float32  # master weights stay fp32
 
 
-def test_micro_batches_drop_padding_columns_without_changing_log_probs(tiny_run_inputs, tmp_path):
-    """Rows left-padded to a wider prompt of another chunk: the columns no row uses go, the log-probs stay."""
+def test_batch_rows_are_right_padded_and_score_as_sampled_without_a_mask(tiny_run_inputs, tmp_path):
+    """Prompts of different widths, left-padded by sampling: the Batch moves each row's real tokens to
+    column 0, micro-batches end at their longest row, and causal attention without a mask gives the
+    log-probs of the left-padded rows with theirs; by_length only regroups the rows."""
     from rookworld.hub import load_model
     from rookworld.model import token_logprobs
 
     model_dir, data = tiny_run_inputs
-    cfg = tiny_config(model_dir, data, tmp_path / "run", rollout_chunk=1)
+    cfg = tiny_config(model_dir, data, tmp_path / "run")
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0]
     short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
     groups = train.rollout(policy, tokenizer, [long, short], cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
-    batch = train.Batch.of([groups[1], groups[0]], [torch.zeros(cfg.group_size)] * 2)
-    ids, attn, mask, *_ = next(batch.micro_batches(cfg.group_size))  # the short prompt's rows alone
-    assert ids.shape[1] < batch.sequences.shape[1] and bool(attn[:, 0].any()) and bool(attn[:, -1].any())
-    rows = slice(0, cfg.group_size)
-    full = token_logprobs(policy, batch.sequences[rows], batch.completion_mask[rows], batch.attention_mask[rows]).logp
-    trimmed = token_logprobs(policy, ids, mask, attn).logp
-    assert torch.allclose(full[batch.completion_mask[rows]], trimmed[mask], atol=1e-5)
+    assert bool((~groups[1].attention_mask[:, 0]).all())  # the short prompt's rows start with padding
+    batch = train.Batch.of(groups, [torch.arange(cfg.group_size, dtype=torch.float32) + 10 * i for i in range(2)])
+    lengths = batch.attention_mask.sum(1)
+    assert bool(batch.attention_mask[:, 0].all())
+    assert torch.equal(batch.attention_mask, torch.arange(batch.sequences.shape[1]) < lengths[:, None])  # a prefix
+    sampled = torch.cat([g.sequences for g in groups])
+    row = cfg.group_size  # the short prompt's first row: same tokens, moved left
+    assert batch.sequences[row, :lengths[row]].tolist() == sampled[row][groups[1].attention_mask[0]].tolist()
+
+    with torch.no_grad():
+        for g, rows in zip(groups, (slice(0, row), slice(row, 2 * row))):
+            left = token_logprobs(policy, g.sequences, g.completion_mask, g.attention_mask).logp
+            right = token_logprobs(policy, batch.sequences[rows], batch.completion_mask[rows]).logp
+            assert torch.allclose(left[g.completion_mask], right[batch.completion_mask[rows]], atol=1e-5)
+
+    size = cfg.group_size + 2  # micro-batches that mix the two prompts
+    in_order = list(batch.micro_batches(size))
+    widths = [int(lengths[r:r + size].max()) for r in range(0, 2 * row, size)]
+    assert [int(ids.shape[1]) for ids, *_ in in_order] == widths
+    assert torch.equal(torch.cat([adv for *_, adv, _ in in_order]), batch.advantages)
+    shortest_first = list(batch.micro_batches(size, by_length=True))
+    assert torch.equal(torch.cat([adv for *_, adv, _ in shortest_first]).sort().values, batch.advantages.sort().values)
+    assert shortest_first[0][0].shape[1] == int(lengths.sort().values[size - 1])
 
 
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
@@ -364,8 +382,8 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), ddp_cfg, gcfg), nprocs=2,
                                           start_method="spawn")
     ddp = weights(tmp_path / "ddp")
-    for k in single:
-        torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=1e-6)
+    for k in single:  # float rounding: each rank groups its own rows into micro-batches by length
+        torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=5e-6)
     # the logged step stats cover every rank's groups, not rank 0's alone
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
         for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std"):

@@ -39,9 +39,9 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
     single = grpo.GRPOConfig(**{**gcfg.__dict__, "aggregation": "grpo", "mask_truncated": False})
     rows = []
     with torch.no_grad():
-        for ids, attn, mask, _, _, adv, temp in batch.micro_batches(1):
+        for ids, mask, _, _, adv, temp in batch.micro_batches(1):
             full = gcfg.kl_estimator == "full" and reference is not None and beta > 0
-            tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
+            tl = token_logprobs(policy, ids, mask, entropy=True, temperature=temp,
                                 reference=reference if reference is not None and beta > 0 else None, kl=full,
                                 kl_direction=gcfg.kl_direction)
             _, stats = grpo.loss(tl.logp, tl.logp, tl.ref_logp if not full else None, adv, mask, single, beta=beta,

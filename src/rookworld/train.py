@@ -380,12 +380,23 @@ def _pad_cat(tensors: list[torch.Tensor], value) -> torch.Tensor:
     return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
 
 
+def _shift_left(x: torch.Tensor, offsets: torch.Tensor, fill) -> torch.Tensor:
+    """Row r of x (N, T) moved offsets[r] columns to the left, the columns freed on the right set to fill."""
+    columns = torch.arange(x.shape[1], device=x.device) + offsets[:, None]  # (N, T)
+    return x.gather(1, columns.clamp(max=x.shape[1] - 1)).masked_fill(columns >= x.shape[1], fill)
+
+
 @dataclass
 class Batch:
-    """The sequences of this rank's groups, flat: N = groups * G rows."""
+    """The sequences of this rank's groups, flat: N = groups * G rows, right-padded.
+
+    Sampling left-pads prompts; here every row is moved left so its first real token is in column 0.
+    Each row's real tokens (prompt, completion) are then a prefix, so causal attention alone is exact
+    for them and positions count from 0: the update runs without an attention mask.
+    """
 
     sequences: torch.Tensor       # (N, T)
-    attention_mask: torch.Tensor  # (N, T)
+    attention_mask: torch.Tensor  # (N, T) True at real tokens: a prefix of each row
     completion_mask: torch.Tensor  # (N, T)
     logprobs: torch.Tensor        # (N, T) sampling log-probs: the old policy of the PPO ratio
     finished: torch.Tensor        # (N,)
@@ -396,20 +407,26 @@ class Batch:
     def of(cls, groups: list[Group], advantages: list[torch.Tensor]) -> Batch:
         device = groups[0].sequences.device
         temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
-        return cls(_pad_cat([g.sequences for g in groups], 0), _pad_cat([g.attention_mask for g in groups], False),
-                   _pad_cat([g.completion_mask for g in groups], False), _pad_cat([g.logprobs for g in groups], 0.0),
+        attention_mask = _pad_cat([g.attention_mask for g in groups], False)
+        offsets = attention_mask.int().argmax(1)  # (N,) each row's first real column
+        return cls(_shift_left(_pad_cat([g.sequences for g in groups], 0), offsets, 0),
+                   _shift_left(attention_mask, offsets, False),
+                   _shift_left(_pad_cat([g.completion_mask for g in groups], False), offsets, False),
+                   _shift_left(_pad_cat([g.logprobs for g in groups], 0.0), offsets, 0.0),
                    torch.cat([g.finished for g in groups]), torch.cat(advantages), temperature)
 
-    def micro_batches(self, size: int):
-        for start in range(0, len(self.sequences), size):
-            rows = slice(start, start + size)
-            # columns that no row of the micro-batch uses are padding on both sides (prompts are left-padded
-            # to their chunk's widest, completions end early): the forward and backward skip them
-            live = self.attention_mask[rows].any(0).nonzero()
-            cols = slice(int(live.min()), int(live.max()) + 1)
-            yield (self.sequences[rows, cols], self.attention_mask[rows, cols],
-                   self.completion_mask[rows, cols], self.logprobs[rows, cols], self.finished[rows],
-                   self.advantages[rows], self.temperature[rows])
+    def micro_batches(self, size: int, by_length: bool = False):
+        """(ids, completion mask, sampling log-probs, finished, advantages, temperature) of `size` rows
+        at a time, cut after the micro-batch's longest row. by_length: rows taken shortest first, so
+        that rows of a similar length share a micro-batch and little padding is computed; the rows'
+        order within the batch is otherwise kept."""
+        lengths = self.attention_mask.sum(1)  # (N,)
+        order = lengths.argsort(stable=True) if by_length else torch.arange(len(lengths), device=lengths.device)
+        for start in range(0, len(order), size):
+            rows = order[start:start + size]
+            width = int(lengths[rows].max())
+            yield (self.sequences[rows, :width], self.completion_mask[rows, :width], self.logprobs[rows, :width],
+                   self.finished[rows], self.advantages[rows], self.temperature[rows])
 
 
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
@@ -440,17 +457,19 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     if total_micro == 0:
         return {"grad_norm": 0.0, "guard/nonfinite": 0.0, "update/applied": 0.0}
     normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
-    micro = [] if batch is None else list(batch.micro_batches(cfg.micro_batch_size))
+    # bnpo normalises each micro-batch by its own tokens: its rows stay in batch order
+    micro = [] if batch is None else list(batch.micro_batches(cfg.micro_batch_size,
+                                                              by_length=gcfg.aggregation != "bnpo"))
     scale = 1.0 / total_micro if gcfg.aggregation == "bnpo" else 1.0
 
     # Reference log-probs, once per batch, without gradients. The old (sampling) policy's are the ones
     # generation returned: they equal a recomputation at the same temperature to float rounding (tested).
     ref = []
     with torch.no_grad(), autocast:
-        for ids, attn, mask, _, _, _, temp in micro:
+        for ids, mask, _, _, _, temp in micro:
             if needs_ref and not full_kl:
                 ref_dev = reference.wte.weight.device
-                ref.append(token_logprobs(reference, ids.to(ref_dev), mask.to(ref_dev), attn.to(ref_dev),
+                ref.append(token_logprobs(reference, ids.to(ref_dev), mask.to(ref_dev),
                                           temperature=temp.to(ref_dev)).logp.to(ids.device))
             else:
                 ref.append(None)
@@ -460,9 +479,9 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     grad_norm = 0.0
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        for (ids, attn, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
-            with autocast:
-                tl = token_logprobs(policy, ids, mask, attn, entropy=True, temperature=temp,
+        for (ids, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
+            with autocast:  # right-padded rows: no attention mask (Batch)
+                tl = token_logprobs(policy, ids, mask, entropy=True, temperature=temp,
                                     reference=reference if needs_ref and full_kl else None,
                                     kl=needs_ref and full_kl, kl_direction=gcfg.kl_direction)
             old_logp = sampled_logp if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
