@@ -37,7 +37,7 @@ def test_cached_decoding_equals_full_recompute(tiny_gpt):
     steps = 6
     next_ids = torch.randint(0, model.config.vocab_size, (B, steps), generator=torch.Generator().manual_seed(3))
     logits, prompt_cache = model.prefill(ids, mask)
-    cache = prompt_cache.repeat_rows(1, width + steps)
+    cache = prompt_cache.take_rows(torch.arange(B), width + steps)
     key_mask = torch.cat([mask, torch.zeros(B, steps, dtype=torch.bool)], dim=1)
     positions = mask.sum(1, keepdim=True)
     cached = [logits]
@@ -57,15 +57,21 @@ def test_prefill_rejects_right_padding(tiny_gpt):
         model.prefill(torch.tensor([[1, 2, 0]]), torch.tensor([[True, True, False]]))
 
 
-def test_repeat_rows_repeats_each_row_in_place_order_and_extends_with_empty_slots():
+def test_take_rows_copies_the_rows_asked_for_in_order_and_extends_with_empty_slots():
     config = GPTConfig(vocab_size=10, n_positions=8, n_embd=8, n_layer=2, n_head=2)
     cache = KVCache.empty(config, batch_size=2, length=3, device="cpu", dtype=torch.float32)
     cache.keys[:, 0] = 1.0
     cache.keys[:, 1] = 2.0
-    out = cache.repeat_rows(3, length=5)
-    assert out.keys.shape == (2, 6, 2, 5, 4)
-    assert out.keys[:, :3, :, :3].eq(1.0).all() and out.keys[:, 3:, :, :3].eq(2.0).all()
-    assert out.keys[:, :, :, 3:].eq(0).all() and out.values.eq(0).all()
+    cache.values[:, 1] = 3.0
+    out = cache.take_rows(torch.tensor([1, 0, 0, 1]), length=5)
+    assert out.keys.shape == (2, 4, 2, 5, 4)
+    assert out.keys[:, [1, 2], :, :3].eq(1.0).all() and out.keys[:, [0, 3], :, :3].eq(2.0).all()
+    assert out.values[:, [0, 3], :, :3].eq(3.0).all() and out.values[:, [1, 2]].eq(0).all()
+    assert out.keys[:, :, :, 3:].eq(0).all()
+    tail = cache.take_rows(torch.tensor([1]), length=2, start=1)  # slots 1.. of row 1
+    assert tail.keys.shape == (2, 1, 2, 2, 4) and tail.keys.eq(2.0).all()
+    with pytest.raises(ValueError, match="shrink"):
+        cache.take_rows(torch.tensor([0]), length=2)
 
 
 def completion_batch(model: GPT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from rookworld.model import GPT, KVCache
 
 CACHE_SLOT_MULTIPLE = 16
+CACHE_GROWTH = 32  # slots a growing decode cache adds when full
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -129,7 +130,9 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     run to max_new_tokens). generator: the random stream, on the model's device (required unless greedy).
     greedy: argmax instead of sampling (evaluation; with group_size 1). pad_id: filler for padding
     (default eos_id, else 0; the masks tell it apart). decode_step: a replacement for
-    `model.decode_step` with the same signature, e.g. `fast_decode_step(model)` on a GPU.
+    `model.decode_step` with the same signature, e.g. `fast_decode_step(model)` on a GPU; it is called
+    with fixed shapes (every row, the whole cache), where the eager step's cache grows and sheds the
+    rows that are done.
     done_check_every: steps between checks whether every row is done, each a host-device sync
     (default: every step on CPU, where it costs nothing, else every 8 steps; rows done meanwhile only
     add padding, which is trimmed).
@@ -150,7 +153,6 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
                          f"{model.config.n_positions} tokens")
     device = model.wte.weight.device
     pad = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
-    decode_step = decode_step or model.decode_step
 
     prompts, prompt_mask = left_pad(prompt_ids, pad, device)  # (B, Tp)
     width = prompts.shape[1]
@@ -159,16 +161,27 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     N, max_new = len(rows), max(s.max_new_tokens for s in rows)
     # Slots for the prompt and each token fed back (the last sampled one never is), rounded up: CUDA's
     # memory-efficient attention wants the mask's last dimension aligned. Unused slots stay masked.
-    cache = prompt_cache.repeat_rows(group_size, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
+    full_length = _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE)
+    # A replaced decode step (compiled, CUDA graph) needs fixed shapes: the whole cache from the start.
+    # The eager step gets a cache that grows by CACHE_GROWTH slots when full, keeping only the rows not
+    # yet done and the slots they attend to: decoding reads the whole cache every step, so its length
+    # and rows are what it costs.
+    growing = decode_step is None
+    live = torch.arange(group_size * len(prompt_ids), device=device) // group_size  # (N,) prompt of each row
+    cache = prompt_cache.take_rows(live, min(_round_up(width + CACHE_GROWTH, CACHE_SLOT_MULTIPLE), full_length)
+                                   if growing else full_length)
     del prompt_cache
-    logits = logits.repeat_interleave(group_size, dim=0)  # (N, V)
+    logits = logits[live]  # (N, V): every row's latest logits; the rows in the cache update theirs
+    live = torch.arange(N, device=device)  # (n,) the rows in the cache
+    dropped = 0  # leading slots the cache no longer holds
+    decode_step = decode_step or model.decode_step
     row_limit = torch.tensor([s.max_new_tokens for s in rows], device=device)  # (N,)
     filters = _RowFilters(rows, model.config.vocab_size, device)
     # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
     fed = torch.zeros(N, 1, dtype=torch.long, device=device)
     key_mask = torch.zeros(N, cache.length, dtype=torch.bool, device=device)
     key_mask[:, :width] = prompt_mask.repeat_interleave(group_size, dim=0)
-    positions = key_mask.sum(1, keepdim=True)  # (N, 1): the next token's position, counted from the first real one
+    positions = key_mask.sum(1, keepdim=True)  # (n, 1): the next token's position, counted from the first real one
     cache_index = torch.zeros(1, dtype=torch.long, device=device)
     check_every = done_check_every or (1 if device.type == "cpu" else 8)
 
@@ -189,10 +202,24 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
         done |= row_limit <= step + 1
         if step + 1 == max_new or ((step + 1) % check_every == 0 and bool(done.all())):
             break
-        key_mask[:, width + step] = True
-        fed.copy_(sampled[:, None])
-        cache_index.fill_(width + step)
-        logits = decode_step(fed, positions, cache, cache_index, key_mask)  # (N, V)
+        slot = width + step - dropped  # the cache slot of this step's token
+        if slot == cache.length:  # only a growing cache fills up: make a longer one
+            keep = (~done[live]).nonzero().squeeze(1)  # rows done so far leave it
+            if len(keep) == 0:
+                break
+            # and so do the leading slots that are padding for every row kept (short prompts)
+            first = int(key_mask[keep].any(0).int().argmax())
+            dropped += first
+            length = min(_round_up(slot - first + CACHE_GROWTH, CACHE_SLOT_MULTIPLE),
+                         _round_up(width + max_new - 1 - dropped, CACHE_SLOT_MULTIPLE))
+            cache = cache.take_rows(keep, length, start=first)
+            key_mask = F.pad(key_mask[keep, first:], (0, first + length - key_mask.shape[1]))
+            live, positions, fed = live[keep], positions[keep], fed[keep]
+            slot -= first
+        key_mask[:, slot] = True
+        fed.copy_(sampled[live, None])
+        cache_index.fill_(slot)
+        logits.index_copy_(0, live, decode_step(fed, positions, cache, cache_index, key_mask))  # (n, V) rows
         # Rows that are done keep being fed padding; the clamp keeps their positions inside the table.
         positions.add_(1).clamp_(max=model.config.n_positions - 1)
 

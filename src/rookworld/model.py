@@ -67,15 +67,17 @@ class KVCache:
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys[index], self.values[index]  # views: writes to them land in the cache
 
-    def repeat_rows(self, repeats: int, length: int) -> KVCache:
-        """A cache of `length` slots holding each of this cache's rows `repeats` times in a row."""
-        if length < self.length:
-            raise ValueError(f"cannot shrink a cache of {self.length} slots to {length}")
-        L, B, H, T, D = self.keys.shape
-        shape = (L, B * repeats, H, length, D)
-        out = KVCache(self.keys.new_zeros(shape), self.values.new_zeros(shape))
-        out.keys[:, :, :, :T] = self.keys.repeat_interleave(repeats, dim=1)
-        out.values[:, :, :, :T] = self.values.repeat_interleave(repeats, dim=1)
+    def take_rows(self, rows: torch.Tensor, length: int, start: int = 0) -> KVCache:
+        """A new cache of `length` slots holding this cache's rows `rows` (in that order, repeats
+        allowed) from slot `start` on: copies of those slots, then empty ones."""
+        L, _, H, T, D = self.keys.shape
+        if length < T - start:
+            raise ValueError(f"cannot shrink the {T - start} slots from slot {start} on to {length}")
+        shape = (L, len(rows), H, length, D)
+        out = KVCache(self.keys.new_empty(shape), self.values.new_empty(shape))
+        for mine, theirs in ((out.keys, self.keys), (out.values, self.values)):
+            torch.index_select(theirs[:, :, :, start:], 1, rows, out=mine[:, :, :, :T - start])
+            mine[:, :, :, T - start:].zero_()  # masked slots still enter the attention sums: no garbage
         return out
 
 
