@@ -167,11 +167,11 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     # yet done and the slots they attend to: decoding reads the whole cache every step, so its length
     # and rows are what it costs.
     growing = decode_step is None
-    live = torch.arange(group_size * len(prompt_ids), device=device) // group_size  # (N,) prompt of each row
-    cache = prompt_cache.take_rows(live, min(_round_up(width + CACHE_GROWTH, CACHE_SLOT_MULTIPLE), full_length)
-                                   if growing else full_length)
+    prompt_of_row = torch.arange(N, device=device) // group_size  # (N,)
+    cache = prompt_cache.take_rows(prompt_of_row, min(_round_up(width + CACHE_GROWTH, CACHE_SLOT_MULTIPLE),
+                                                      full_length) if growing else full_length)
     del prompt_cache
-    logits = logits[live]  # (N, V): every row's latest logits; the rows in the cache update theirs
+    logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
     live = torch.arange(N, device=device)  # (n,) the rows in the cache
     dropped = 0  # leading slots the cache no longer holds
     decode_step = decode_step or model.decode_step

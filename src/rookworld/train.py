@@ -417,9 +417,9 @@ class Batch:
 
     def micro_batches(self, size: int, by_length: bool = False):
         """(ids, completion mask, sampling log-probs, finished, advantages, temperature) of `size` rows
-        at a time, cut after the micro-batch's longest row. by_length: rows taken shortest first, so
-        that rows of a similar length share a micro-batch and little padding is computed; the rows'
-        order within the batch is otherwise kept."""
+        at a time, cut after the micro-batch's longest row. Rows are taken in batch order, or with
+        by_length shortest first, so that rows of a similar length share a micro-batch and little
+        padding is computed."""
         lengths = self.attention_mask.sum(1)  # (N,)
         order = lengths.argsort(stable=True) if by_length else torch.arange(len(lengths), device=lengths.device)
         for start in range(0, len(order), size):
