@@ -208,7 +208,7 @@ def test_cuda_steps_with_and_without_the_fast_path(tiny_run_inputs, tmp_path, fa
 def test_batch_rows_are_right_padded_and_score_as_sampled_without_a_mask(tiny_run_inputs, tmp_path):
     """Prompts of different widths, left-padded by sampling: the Batch moves each row's real tokens to
     column 0, micro-batches end at their longest row, and causal attention without a mask gives the
-    log-probs of the left-padded rows with theirs; by_length only regroups the rows."""
+    log-probs of the left-padded rows with theirs; by_length only regroups the rows, longest first."""
     from rookworld.hub import load_model
     from rookworld.model import token_logprobs
 
@@ -238,9 +238,10 @@ def test_batch_rows_are_right_padded_and_score_as_sampled_without_a_mask(tiny_ru
     widths = [int(lengths[r:r + size].max()) for r in range(0, 2 * row, size)]
     assert [int(ids.shape[1]) for ids, *_ in in_order] == widths
     assert torch.equal(torch.cat([adv for *_, adv, _ in in_order]), batch.advantages)
-    shortest_first = list(batch.micro_batches(size, by_length=True))
-    assert torch.equal(torch.cat([adv for *_, adv, _ in shortest_first]).sort().values, batch.advantages.sort().values)
-    assert shortest_first[0][0].shape[1] == int(lengths.sort().values[size - 1])
+    longest_first = list(batch.micro_batches(size, by_length=True))
+    assert torch.equal(torch.cat([adv for *_, adv, _ in longest_first]).sort().values, batch.advantages.sort().values)
+    descending = lengths.sort(descending=True).values
+    assert [int(ids.shape[1]) for ids, *_ in longest_first] == [int(descending[0]), int(descending[size])]
 
 
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
