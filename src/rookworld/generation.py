@@ -180,7 +180,7 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
     fed = torch.zeros(N, 1, dtype=torch.long, device=device)
     key_mask = torch.zeros(N, cache.length, dtype=torch.bool, device=device)
-    key_mask[:, :width] = prompt_mask.repeat_interleave(group_size, dim=0)
+    key_mask[:, :width] = prompt_mask[prompt_of_row]
     positions = key_mask.sum(1, keepdim=True)  # (n, 1): the next token's position, counted from the first real one
     cache_index = torch.zeros(1, dtype=torch.long, device=device)
     check_every = done_check_every or (1 if device.type == "cpu" else 8)
@@ -228,10 +228,10 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     last = in_completion.sum(1).clamp(min=1) - 1  # (N,) each row's final completion column
     finished = tokens.gather(1, last[:, None]).squeeze(1) == eos_id if eos_id is not None \
         else torch.zeros(N, dtype=torch.bool, device=device)
-    prompt_rows = prompt_mask.repeat_interleave(group_size, dim=0)  # (N, Tp)
+    prompt_rows = prompt_mask[prompt_of_row]  # (N, Tp)
     no_prompt = torch.zeros_like(prompt_rows)
     return Generation(
-        sequences=torch.cat([prompts.repeat_interleave(group_size, dim=0), tokens], dim=1),
+        sequences=torch.cat([prompts[prompt_of_row], tokens], dim=1),
         attention_mask=torch.cat([prompt_rows, in_completion], dim=1),
         completion_mask=torch.cat([no_prompt, in_completion], dim=1),
         logprobs=torch.cat([torch.zeros_like(prompt_rows, dtype=torch.float32), token_logp], dim=1),
