@@ -102,7 +102,7 @@ def test_other_settings_in_a_used_directory_are_refused(generated, tmp_path):
         generate(GenerateConfig(out=str(out), **{**TINY, "seed": 12}))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "file.txt").write_text("x")
-    with pytest.raises(UserError, match="not a generation directory"):
+    with pytest.raises(UserError, match="not a generation or relabelling directory"):
         generate(GenerateConfig(out=str(tmp_path / "other"), **TINY))
 
 

@@ -14,7 +14,7 @@ from rookworld.errors import UserError
 
 # command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "data": ("rookworld.data.command", "make, count and export datasets (generate, stats, export)"),
+    "data": ("rookworld.data.command", "make, relabel, count and export datasets (generate, relabel, stats, export)"),
     "score": ("rookworld.score", "score completions of P and A prompts (JSONL in, JSONL out)"),
     "plot": ("rookworld.plot", "PNG dashboard of one or more runs (reward, KL, entropy, grad norm, eval metrics)"),
     "sample": ("rookworld.sample", "print a model's completions of prompts (sampled or greedy)"),

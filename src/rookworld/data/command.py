@@ -1,6 +1,7 @@
-"""`rookworld data generate|stats|export ...`: make, count and export datasets.
+"""`rookworld data generate|relabel|stats|export ...`: make, relabel, count and export datasets.
 
     rookworld data generate --out DIR --p-positions N --a-samples M --seed S [--pgn FILE ...] [--depth D | --nodes N]
+    rookworld data relabel --data DIR --out NEW [--depth D | --nodes N] [--cache FILE]
     rookworld data stats [SOURCE] [--split all|train|eval]
     rookworld data export --source SOURCE --split train|eval|all --out FILE.jsonl
 
@@ -23,6 +24,7 @@ from rookworld.errors import UserError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.data.generate import GenerateConfig
+    from rookworld.data.relabel import RelabelConfig
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     generate = actions.add_parser("generate", conflict_handler="resolve",
@@ -30,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(generate, GenerateConfig)
     generate.add_argument("--pgn", nargs="+", action="extend", default=None, metavar="FILE",
                           help="PGN files to take games from instead of Stockfish self-play")
+
+    relabel = actions.add_parser("relabel", help="a generated dataset with its P labels searched again (e.g. deeper); "
+                                 "positions, A samples and splits unchanged")
+    add_config_arguments(relabel, RelabelConfig)
 
     stats = actions.add_parser("stats", help="counts by task, A case, game phase and split, and eval samples whose "
                                "position the train split also has")
@@ -47,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "generate":
         return _generate(args)
+    if args.action == "relabel":
+        return _relabel(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
     if args.action == "stats":
@@ -62,6 +70,18 @@ def _generate(args: argparse.Namespace) -> int:
     manifest = generate(build_config(GenerateConfig, args))
     rich_print(f"wrote {manifest['counts']['task']} to {args.out} "
                f"(samples/s: {manifest['samples_per_second']}); see {args.out}/manifest.json")
+    return 0
+
+
+def _relabel(args: argparse.Namespace) -> int:
+    from rich import print as rich_print
+
+    from rookworld.data.relabel import RelabelConfig, relabel
+
+    manifest = relabel(build_config(RelabelConfig, args))
+    rich_print(f"relabelled {manifest['counts']['task'].get('P', 0)} P positions of {args.data} at "
+               f"{manifest['stockfish']['label_limit']} into {args.out} in {manifest['relabel']['seconds']} s; "
+               f"see {args.out}/manifest.json")
     return 0
 
 

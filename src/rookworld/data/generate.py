@@ -77,18 +77,13 @@ class GenerateConfig:
             raise ValueError("--out DIR is required")
         if self.p_positions < 0 or self.a_samples < 0 or self.p_positions + self.a_samples == 0:
             raise ValueError("--p-positions and --a-samples must be >= 0, and not both 0")
-        if self.depth is not None and self.nodes is not None:
-            raise ValueError("give --depth or --nodes, not both")
-        if (self.depth is not None and self.depth < 1) or (self.nodes is not None and self.nodes < 1):
-            raise ValueError("--depth and --nodes must be >= 1")
+        label_limit(self.depth, self.nodes)
         if self.shard_size < 1 or self.selfplay_nodes < 1 or self.temperature < 0:
             raise ValueError("--shard-size and --selfplay-nodes must be >= 1, --temperature >= 0")
 
     @property
     def label_limit(self) -> Limit:
-        if self.nodes is not None:
-            return Limit(nodes=self.nodes)
-        return Limit(depth=self.depth) if self.depth is not None else LABEL_LIMIT
+        return label_limit(self.depth, self.nodes)
 
     @property
     def selfplay(self) -> SelfPlayConfig:
@@ -116,6 +111,23 @@ class GenerateConfig:
         parts += [f"--{name.replace('_', '-')} {getattr(self, name)}" for name in ("selfplay_nodes", "temperature",
                   "shard_size") if getattr(self, name) != getattr(defaults, name)]
         return " ".join(parts)
+
+
+def label_limit(depth: int | None, nodes: int | None) -> Limit:
+    """The P label search of --depth / --nodes (LABEL_LIMIT when neither); raises ValueError for a bad pair."""
+    if depth is not None and nodes is not None:
+        raise ValueError("give --depth or --nodes, not both")
+    if (depth is not None and depth < 1) or (nodes is not None and nodes < 1):
+        raise ValueError("--depth and --nodes must be >= 1")
+    if nodes is not None:
+        return Limit(nodes=nodes)
+    return Limit(depth=depth) if depth is not None else LABEL_LIMIT
+
+
+def progress_bar() -> Progress:
+    """The bar of a long data job: description, bar, done/total, elapsed time, ETA."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), transient=False)
 
 
 def shard_name(index: int) -> str:
@@ -225,16 +237,19 @@ class _Run:
         return ShardResult(records, stats)
 
 
-def _load_progress(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+def load_progress(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """The progress record of a resumable data job in `out` (new if none); raises UserError when `out`
+    holds another job's output or other files."""
     path = out / PROGRESS
     if path.exists():
         progress = store.read_json(path)
         if progress.get("fingerprint") != fingerprint:
-            raise UserError(f"{out} holds a generation with other settings ({path}); use another --out, "
+            raise UserError(f"{out} holds a data job with other settings ({path}); use another --out, "
                             "or delete that directory to start over")
         return progress
     if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} exists and is not a generation directory (no {PROGRESS}); choose an empty or new --out")
+        raise UserError(f"{out} exists and is not a generation or relabelling directory (no {PROGRESS}); choose an "
+                        "empty or new --out")
     return {"fingerprint": fingerprint, "shards": {}}
 
 
@@ -282,7 +297,7 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
 def generate(config: GenerateConfig) -> dict[str, Any]:
     """Make (or finish) the dataset in config.out; returns the manifest."""
     out = Path(config.out)
-    progress_state = _load_progress(out, config.fingerprint())
+    progress_state = load_progress(out, config.fingerprint())
     out.mkdir(parents=True, exist_ok=True)
     done: dict[str, Any] = progress_state["shards"]
     started = progress_state.setdefault("started", datetime.now(timezone.utc).isoformat(timespec="seconds"))
@@ -294,10 +309,7 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
         for _ in islice(pgn_games, consumed):
             pass
     total = config.p_positions + config.a_samples
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    with StockfishPool(processes=config.processes, binary=config.stockfish) as pool, \
-            Progress(*columns, transient=False) as bar:
+    with StockfishPool(processes=config.processes, binary=config.stockfish) as pool, progress_bar() as bar:
         task_id = bar.add_task("samples", total=total, completed=sum(s["P"] + s["A"] for s in done.values()))
         run = _Run(config, pool, bar, task_id, seen_positions, seen_prompts, pgn_games)
         for index in range(config.shards):
