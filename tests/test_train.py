@@ -89,6 +89,7 @@ LOSS_PATHS = {
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
+    "anchor": ({}, {"anchor_rows": 4, "anchor_tasks": "PA"}),
 }
 
 
@@ -287,6 +288,45 @@ def test_resume_is_bit_identical(tiny_run_inputs, tmp_path, gcfg):
         assert [r["baseline/P"] for r in records(straight)] == [r["baseline/P"] for r in records(resumed)]
 
 
+def _target_nll(run: Path, data: Path, task: str) -> float:
+    from rookworld.data.sources import load_source
+    from rookworld.hub import load_model
+    from rookworld.sft import heldout_loss
+
+    model, tokenizer = load_model(str(run / "checkpoint-last"))
+    samples = [s for s in load_source(str(data), "train").samples if s.task == task]
+    return heldout_loss(model, tokenizer, samples, batch_size=16)[f"eval/loss/{task}"]
+
+
+@pytest.mark.parametrize("tasks", ["A", "P"])
+def test_the_anchor_teaches_the_stored_targets_of_its_task(tiny_run_inputs, tmp_path, tasks):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain"), gcfg)
+    anchored = train.main(tiny_config(model_dir, data, tmp_path / "anchored", anchor_rows=8, anchor_coef=1.0,
+                                      anchor_tasks=tasks), gcfg)
+    nll = [r["anchor/nll"] for r in records(anchored)]
+    assert len(nll) == 3 and all(math.isfinite(x) and x > 0 for x in nll)
+    assert "anchor/nll" not in records(plain)[0]
+    assert _target_nll(anchored, data, tasks) < _target_nll(plain, data, tasks) - 0.05
+
+
+def test_anchored_resume_is_bit_identical_and_needs_the_anchor_state(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    options = dict(anchor_rows=3, anchor_tasks="PA", checkpoint_every=2)
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), gcfg)
+    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, **options), gcfg)
+    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, **options), gcfg,
+                         resume=str(first))
+    a, b = weights(straight), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["anchor/nll"] for r in records(straight)] == [r["anchor/nll"] for r in records(resumed)]
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=1), gcfg)
+    with pytest.raises(train.UserError, match="holds no anchor sampler state"):
+        train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=2, **options), gcfg, resume=str(plain))
+
+
 def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
@@ -371,13 +411,13 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("zero_std,chunk", [("keep", 2), ("keep", 4), ("resample", 2)],
-                         ids=["split chunks", "one chunk: rank 1 idle", "resampling"])
-def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk):
+@pytest.mark.parametrize("zero_std,chunk,anchor", [("keep", 2, 0), ("keep", 4, 0), ("resample", 2, 0), ("keep", 2, 3)],
+                         ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1"])
+def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01)
     cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
-                      rollout_chunk=chunk)
+                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA")
     single = weights(train.main(cfg, gcfg))
     ddp_cfg = replace(cfg, out=str(tmp_path / "ddp"))
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), ddp_cfg, gcfg), nprocs=2,
@@ -387,7 +427,7 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
         torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=5e-6)
     # the logged step stats cover every rank's groups, not rank 0's alone
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
-        for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std"):
+        for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll"):
             assert a.get(key) == pytest.approx(b.get(key)), key
 
 
@@ -459,10 +499,12 @@ def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     report_file = tmp_path / "step.json"
     code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "3",
                      "--group-size", "4", "--max-new-tokens-p", "16", "--max-new-tokens-a", "16", "--processes", "1",
-                     "--beta", "0.05", "--entropy-coef", "0.01", "--zero-std", "keep", "--json", str(report_file)])
+                     "--beta", "0.05", "--entropy-coef", "0.01", "--zero-std", "keep", "--json", str(report_file),
+                     "--anchor-rows", "2", "--anchor-coef", "0.5", "--anchor-tasks", "A"])
     assert code == 0
     report = json.loads(report_file.read_text())
     assert len(report["prompts"]) == 3
+    assert report["update"]["anchor/nll"] > 0  # the anchor's teacher-forced A rows joined the update
     rewards = [c["reward"] for p in report["prompts"] for c in p["completions"]]
     assert len(rewards) == 12 and all(-1.0 <= r <= 1.0 for r in rewards)
     assert report["reward_before"] == pytest.approx(sum(rewards) / 12)

@@ -17,6 +17,7 @@ import torch
 from rookworld import grpo, training
 from rookworld.rewards import RewardConfig
 from rookworld.train import (
+    Anchor,
     Batch,
     Dist,
     TrainConfig,
@@ -25,6 +26,7 @@ from rookworld.train import (
     configs_from_args,
     learning_groups,
     load_data,
+    make_anchor_sampler,
     make_baseline,
     policy_update,
     rollout,
@@ -80,8 +82,10 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
                                                          rcfg)
         policy.train()
         batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
+        anchor_sampler = make_anchor_sampler(cfg, train_samples)
+        anchor = Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device) if anchor_sampler else None
         update = policy_update(policy, reference, training.make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
-                               max(limits.values()), d)
+                               max(limits.values()), d, anchor)
         policy.eval()
         after = rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {}, rcfg)
     G = cfg.group_size

@@ -36,6 +36,8 @@ from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
+ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
+ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
 TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
@@ -110,6 +112,12 @@ class TrainConfig:
         "help": "P reward truth: 'stored' (the data's analysis; the embedded set's is at depth 7) or 'engine' "
                 "(Stockfish at the label limit, depth 10, multipv 5, searched on demand and cached: the truth "
                 "`rookworld eval` judges moves by)"})
+    anchor_rows: int = field(default=0, metadata={
+        "help": "training rows per step whose stored target is learned by teacher forcing beside the GRPO loss: "
+                "an SFT anchor against forgetting what the batches do not show (0: off)"})
+    anchor_coef: float = field(default=0.1, metadata={"help": "weight of the anchor's mean target-token NLL"})
+    anchor_tasks: str = field(default="A", metadata={
+        "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -130,6 +138,9 @@ class TrainConfig:
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
             (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
+            (self.anchor_rows >= 0 and self.anchor_coef >= 0, "anchor_rows and anchor_coef must be >= 0"),
+            (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
+                                                 f"got {self.anchor_tasks!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
         ]
@@ -436,13 +447,40 @@ def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) 
     training.set_lr(optimizer, cfg.lr * state.lr_scale * training.lr_factor(cfg, state.step))
 
 
+@dataclass
+class Anchor:
+    """This rank's share of a step's anchor rows: teacher-forced rows, their target mask, and the target
+    tokens of all ranks' rows (every rank divides by it, so the summed gradients are one process's)."""
+
+    rows: torch.Tensor    # (R, T) right-padded [eos] + prompt + target + [eos]
+    target: torch.Tensor  # (R, T) True at the target tokens and the final EOS
+    tokens: float
+
+    @classmethod
+    def of(cls, tokenizer, samples: list[Sample], d: Dist, device: torch.device | str) -> Anchor:
+        from rookworld.sft import encode_samples, target_batch
+
+        rows, target = target_batch(encode_samples(tokenizer, samples), tokenizer.eos_id)
+        return cls(rows[d.rank::d.world].to(device), target[d.rank::d.world].to(device), float(target.sum()))
+
+
+def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
+    """The sampler of the anchor rows (None when cfg.anchor_rows is 0)."""
+    from rookworld.data.batches import TaskSampler
+
+    if not cfg.anchor_rows:
+        return None
+    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + ANCHOR_SEED_OFFSET)
+
+
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
-                  beta: float, max_completion: int, d: Dist) -> dict[str, float]:
+                  beta: float, max_completion: int, d: Dist, anchor: Anchor | None = None) -> dict[str, float]:
     """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
 
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
-    Log-probs (policy, old, reference) are taken at each row's sampling temperature. `update/applied` is 1
-    when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
+    Log-probs (policy, old, reference) are taken at each row's sampling temperature. `anchor` adds
+    cfg.anchor_coef times the anchor rows' mean target-token NLL to every optimizer step (`anchor/nll`).
+    `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
     """
     from rookworld.model import token_logprobs
 
@@ -456,7 +494,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                                          max_completion_length=max_completion))
     total_norm, total_micro = all_sum([local_norm, 0.0 if batch is None else
                                        math.ceil(len(batch.sequences) / cfg.micro_batch_size)], d)
-    if total_micro == 0:
+    if total_micro == 0:  # the anchor alone does not make a step: it guards GRPO updates, it is not one
         return {"grad_norm": 0.0, "guard/nonfinite": 0.0, "update/applied": 0.0}
     normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
     # bnpo normalises each micro-batch by its own tokens: its rows stay in batch order
@@ -479,8 +517,14 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     totals = dict.fromkeys(SUMMED_STATS + TOKEN_MEAN_STATS, 0.0)  # token means as token-weighted sums
     tokens_seen = 0.0
     grad_norm = 0.0
+    anchor_nll = 0.0
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
+        if anchor is not None and len(anchor.rows):
+            with autocast:
+                nll = -token_logprobs(policy, anchor.rows, anchor.target).logp.sum() / max(anchor.tokens, 1.0)
+            (cfg.anchor_coef * nll).backward()
+            anchor_nll += float(nll.detach()) / cfg.num_iterations
         for (ids, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
             with autocast:  # right-padded rows: no attention mask (Batch)
                 tl = token_logprobs(policy, ids, mask, entropy=True, temperature=temp,
@@ -526,6 +570,8 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     terms = [abs(result.get(k, 0.0)) for k in ("pg_loss", "kl_loss", "entropy_loss")]
     result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
     result["grad_norm"] = grad_norm
+    if anchor is not None:
+        result["anchor/nll"] = all_sum([anchor_nll], d)[0]
     result["guard/nonfinite"] = 0.0
     result["update/applied"] = 1.0
     return result
@@ -656,6 +702,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     limits = completion_limits(cfg, tokenizer, train_samples)
     max_completion = max(limits.values())
     sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
+    anchor_sampler = make_anchor_sampler(cfg, train_samples)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)
@@ -672,6 +719,11 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without "
                                 f"--baseline ema; resume with that run's own config.json")
             ema.load_state_dict(saved["baseline"])
+        if anchor_sampler is not None:
+            if saved.get("anchor") is None:
+                raise UserError(f"{resume_dir} holds no anchor sampler state: it was saved by a run without "
+                                f"--anchor-rows; resume with that run's own config.json")
+            anchor_sampler.load_state_dict(saved["anchor"])
         state = RunState(**saved["run"])
     set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl, ema)
@@ -699,7 +751,9 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         if d.main:
             checkpoint.save(out, state.step, {"optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
                                               "beta": beta_ctl.state_dict(), "run": asdict(state),
-                                              "baseline": None if ema is None else ema.state_dict()},
+                                              "baseline": None if ema is None else ema.state_dict(),
+                                              "anchor": None if anchor_sampler is None else
+                                              anchor_sampler.state_dict()},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
@@ -728,7 +782,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             beta = beta_ctl.beta
             t1 = time.perf_counter()
             batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
-            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d)
+            # every rank draws the same rows and learns its share of them, as the batch's groups
+            anchor = (Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device)
+                      if anchor_sampler is not None else None)
+            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d, anchor)
             metrics.update(update)
             if update["guard/nonfinite"]:
                 state.skipped_steps += 1
