@@ -150,7 +150,9 @@ def test_the_embedded_dataset_is_the_default_and_split_by_position():
     manifest = json.loads((embedded_path() / "manifest.json").read_text())
     assert manifest["counts"]["task"]["P"] >= 30_000 and manifest["counts"]["task"]["A"] >= 100_000
     assert set(manifest["counts"]["split"]) == {"train", "eval"}
-    assert manifest["command"].startswith("rookworld data generate")
+    assert manifest["relabel"]["source_command"].startswith("rookworld data generate")  # then relabelled:
+    assert manifest["command"].startswith("rookworld data relabel")  # P labels at the label limit
+    assert manifest["stockfish"]["label_limit"] == "depth=10"
     size = sum(p.stat().st_size for p in embedded_path().glob("*.jsonl.gz"))
     assert size < 10 * 2**20
     train = load_source(limit=300)  # the default source and split: embedded, train

@@ -109,9 +109,9 @@ class TrainConfig:
     engine_rewards: bool = field(default=True, metadata={"help": "score P moves outside the stored analysis with "
                                                          "Stockfish (false: a flat small credit, no engine time)"})
     p_truth: str = field(default="stored", metadata={
-        "help": "P reward truth: 'stored' (the data's analysis; the embedded set's is at depth 7) or 'engine' "
-                "(Stockfish at the label limit, depth 10, multipv 5, searched on demand and cached: the truth "
-                "`rookworld eval` judges moves by)"})
+        "help": "P reward truth: 'stored' (the data's analysis; the embedded set's is at depth 10, the label "
+                "limit) or 'engine' (Stockfish at the label limit, depth 10, multipv 5, searched on demand and "
+                "cached: the truth `rookworld eval` judges moves by, for data labelled at another limit)"})
     anchor_rows: int = field(default=0, metadata={
         "help": "training rows per step whose stored target is learned by teacher forcing beside the GRPO loss: "
                 "an SFT anchor against forgetting what the batches do not show (0: off)"})
