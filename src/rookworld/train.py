@@ -485,6 +485,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
     """
     from rookworld.model import token_logprobs
+    from rookworld.sft import batch_nll
 
     needs_ref = beta > 0 and reference is not None
     full_kl = gcfg.kl_estimator == "full"
@@ -524,7 +525,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
         optimizer.zero_grad(set_to_none=True)
         if anchor is not None and len(anchor.rows):
             with autocast:
-                nll = -token_logprobs(policy, anchor.rows, anchor.target).logp.sum() / max(anchor.tokens, 1.0)
+                nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
             (cfg.anchor_coef * nll).backward()
             anchor_nll += float(nll.detach()) / cfg.num_iterations
         for (ids, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):

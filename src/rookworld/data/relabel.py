@@ -12,7 +12,6 @@ the source's with the new label limit and a `relabel` entry naming the source an
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ import numpy as np
 from rookworld.data import store
 from rookworld.data.generate import LABEL_CHUNK, MANIFEST, MULTIPV, PROGRESS, label_limit, load_progress, progress_bar
 from rookworld.data.position import position_key
+from rookworld.data.splits import stable_hash
 from rookworld.errors import UserError
 from rookworld.stockfish import LABEL_LIMIT, Limit, StockfishPool
 
@@ -70,8 +70,7 @@ def _order(fen: str, old: list[int], n: int) -> list[int]:
     """The display order of a relabelled P record: the old one when the line count is unchanged."""
     if sorted(old) == list(range(n)):
         return old
-    seed = int.from_bytes(hashlib.blake2b(position_key(fen).encode(), digest_size=8).digest(), "big")
-    return [int(i) for i in np.random.default_rng(seed).permutation(n)]
+    return [int(i) for i in np.random.default_rng(stable_hash(position_key(fen))).permutation(n)]
 
 
 def _source(data: Path) -> tuple[dict[str, Any], list[Path]]:
@@ -97,8 +96,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     done: dict[str, Any] = state["shards"]
     started = state.setdefault("started", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    records_of = {path.name: _read_records(path) for path in shards}
-    total = sum(1 for records in records_of.values() for r in records if r.get("t") == "P")
+    total = source_manifest["counts"]["task"].get("P", 0)
     with StockfishPool(processes=config.processes, binary=config.stockfish, cache_path=config.cache) as pool, \
             progress_bar() as bar:
         task = bar.add_task("P positions", total=total, completed=sum(s["P"] for s in done.values()))
@@ -106,7 +104,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
             if path.name in done:
                 continue
             began = time.perf_counter()
-            records = records_of[path.name]
+            records = _read_records(path)
             p_rows = [r for r in records if r.get("t") == "P"]
             bar.update(task, description=f"{path.name}: labelling")
             for start in range(0, len(p_rows), LABEL_CHUNK):

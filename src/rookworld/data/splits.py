@@ -35,9 +35,13 @@ def check_split(split: str) -> Split:
     return split  # type: ignore[return-value]
 
 
+def stable_hash(key: str) -> int:
+    """A 64-bit number fixed by `key` alone (stable across runs, machines and Python's hash seed)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
 def _fraction(key: str) -> float:
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64
+    return stable_hash(key) / 2.0**64
 
 
 def position_fraction(fen: str) -> float:
