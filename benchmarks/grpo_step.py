@@ -69,6 +69,7 @@ class Spec:
     micro_batch_size: int
     seed: int
     bandwidth_gbs: float | None
+    fast_decode: bool | None  # the trainer's --fast-decode (None: on with CUDA)
 
 
 @dataclass
@@ -143,7 +144,7 @@ def run_rookworld(spec: Spec) -> Result:
     cfg = train.TrainConfig(model=spec.model_dir, batch_size=B, group_size=spec.group_size, zero_std="keep",
                             engine_rewards=False, max_new_tokens_p=L, max_new_tokens_a=L,
                             micro_batch_size=spec.micro_batch_size, seed=spec.seed, device=spec.device,
-                            threads=spec.threads, eval_every=0)
+                            threads=spec.threads, eval_every=0, fast_decode=spec.fast_decode)
     gcfg, rcfg, d = grpo.GRPOConfig(), RewardConfig(), train.Dist()
     policy, tokenizer = load_model(spec.model_dir, device=spec.device)
     policy.train()
@@ -185,7 +186,7 @@ def run_rookworld(spec: Spec) -> Result:
         result.tokens.append(sum(sum(s.lengths) for s in summaries))
         print(f"  rookworld step {step}: {t2 - t0:.2f} s", file=sys.stderr)
     result.peak_mb = peak_memory_mb(spec.device)
-    if spec.device.startswith("cuda"):
+    if decoder is not None:  # the roofline is the fast path's
         result.notes.append(decode_roofline(decoder, tokenizer, spec))
     return result
 
@@ -402,11 +403,15 @@ def main() -> int:
                         help="sequences per forward/backward pass (rookworld's; TRL's per-device batch is the "
                              "largest divisor of B x G not above it)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fast-decode", choices=("true", "false"), default=None,
+                        help="rookworld's CUDA fast path, as the trainer's flag (default: on with CUDA)")
     parser.add_argument("--bandwidth-gbs", type=float, default=None,
                         help="GPU memory bandwidth for the decode roofline (default: known from the GPU's name)")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device visible")
+    if args.device == "cpu" and args.fast_decode == "true":
+        parser.error("--fast-decode true needs --device cuda")
     if args.batch_size < 1 or args.group_size < 2 or args.steps < 1:
         parser.error("need --batch-size >= 1, --group-size >= 2 and --steps >= 1")
 
@@ -428,7 +433,7 @@ def main() -> int:
         batches = [sampler.next(args.batch_size) for _ in range(args.steps + 1)]
         del train
         spec = Spec(model_dir, args.device, args.threads, batches, args.group_size, limit, args.micro_batch_size,
-                    args.seed, args.bandwidth_gbs)
+                    args.seed, args.bandwidth_gbs, None if args.fast_decode is None else args.fast_decode == "true")
         print(f"torch {torch.__version__}, {args.device}, {args.threads} threads; {args.model} model; "
               f"{args.batch_size} prompts x {args.group_size} completions, max new tokens {limit} ({limits_note}); "
               f"1 warm-up + {args.steps} timed steps",

@@ -11,7 +11,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "grpo_step.py"
 def test_grpo_step_benchmark_runs_both_sides_and_ends_with_the_ratio():
     # Two fresh processes (rookworld, then TRL), 8 new tokens: about 10 s on 2 idle cores, 30 s on busy ones.
     done = subprocess.run([sys.executable, str(SCRIPT), "--batch-size", "2", "--group-size", "2", "--steps", "1",
-                           "--max-new-tokens", "8", "--threads", "1"],
+                           "--max-new-tokens", "8", "--threads", "1", "--fast-decode", "false"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
@@ -23,3 +23,9 @@ def test_grpo_step_benchmark_runs_both_sides_and_ends_with_the_ratio():
         assert len(cells) == 8 and all(c != "-" for c in cells[1:]), row
         assert int(cells[5]) <= 2 * 2 * 8  # completion tokens per step within B x G x max new tokens
     assert "identical prompt ids" in done.stdout
+
+
+def test_grpo_step_benchmark_refuses_the_fast_path_on_cpu():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--fast-decode", "true"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "--fast-decode true needs --device cuda" in done.stderr

@@ -192,6 +192,14 @@ def test_fast_decode_is_refused_off_cuda(tmp_path, capsys):
     assert code != 0 and "--fast-decode true needs a CUDA device" in capsys.readouterr().err
 
 
+def test_a_torchrun_process_without_its_own_gpu_is_refused():
+    from rookworld.runtime import rank_cuda_device
+
+    assert rank_cuda_device(1, 2) == "cuda:1"
+    with pytest.raises(train.UserError, match="process 1 of this node has no GPU .1 CUDA device.*--nproc-per-node"):
+        rank_cuda_device(1, 1)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("fast", [True, False])
 def test_cuda_steps_with_and_without_the_fast_path(tiny_run_inputs, tmp_path, fast):
@@ -417,7 +425,7 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01)
     cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
-                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA")
+                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", device="cpu")  # gloo, on any host
     single = weights(train.main(cfg, gcfg))
     ddp_cfg = replace(cfg, out=str(tmp_path / "ddp"))
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), ddp_cfg, gcfg), nprocs=2,

@@ -28,6 +28,14 @@ def pick_device(requested: str | None = None, threads: int | None = None) -> str
     return device
 
 
+def rank_cuda_device(local_rank: int, available: int) -> str:
+    """The GPU of a torchrun process: one per process of a node."""
+    if local_rank >= available:
+        raise UserError(f"process {local_rank} of this node has no GPU ({available} CUDA device(s)): start at most "
+                        f"{available} processes per node (torchrun --nproc-per-node) or pass --device cpu")
+    return f"cuda:{local_rank}"
+
+
 def fast_path(requested: bool | None, device: str) -> bool:
     """Whether the CUDA fast path (bf16 CUDA-graph sampling, bf16 autocast update) runs: `requested`,
     else on exactly when the device is CUDA."""

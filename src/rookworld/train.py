@@ -674,13 +674,13 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     from rookworld.data.batches import TaskSampler, balanced_subset
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import Progress, RunLogger
-    from rookworld.runtime import pick_device
+    from rookworld.runtime import pick_device, rank_cuda_device
     from rookworld.stockfish import StockfishPool
 
     device = pick_device(cfg.device, cfg.threads)
     d = init_distributed(device)
     if d.world > 1 and device.startswith("cuda"):
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', d.rank))}"
+        device = rank_cuda_device(int(os.environ.get("LOCAL_RANK", d.rank)), torch.cuda.device_count())
     torch.manual_seed(cfg.seed)
     rcfg = rcfg or RewardConfig()
     out = Path(cfg.out)
