@@ -81,3 +81,45 @@ def test_a_mix_that_the_filter_cannot_serve_is_an_error(samples):
         SampleFilter(phases=("endspiel",))
     with pytest.raises(UserError, match="p_fraction"):
         TaskSampler(samples, 1.5)
+
+
+@pytest.fixture(scope="module")
+def shard_samples():
+    """A real embedded shard: 909 P and 3,030 A samples of all nine A cases (57% normal, 1.4% first moves)."""
+    from rookworld.data.sources import embedded_path
+
+    return load_files(embedded_path() / "shard-00000.jsonl.gz", "all").samples
+
+
+def test_balanced_a_cases_come_equally_often(shard_samples):
+    from collections import Counter
+
+    mixed = Counter(s.meta["case"] for s in TaskSampler(shard_samples, p_fraction=0.0, seed=0).next(2700))
+    balanced = TaskSampler(shard_samples, p_fraction=0.0, seed=0, balance_a_cases=True)
+    counts = Counter(s.meta["case"] for s in balanced.next(2700))
+    assert balanced.cases == sorted(counts) and len(counts) == 9
+    assert all(240 <= n <= 360 for n in counts.values()), counts  # 300 each, about 5 SE apart at most
+    assert mixed["normal"] > 1400 and mixed["first_move"] < 80  # the data's own mix
+    # each case's pool is visited in epochs: its first epoch shows all of its 42 samples once
+    drawn = [s.prompt for s in TaskSampler(shard_samples, p_fraction=0.0, seed=3, balance_a_cases=True).next(700)
+             if s.meta["case"] == "first_move"]
+    assert len(drawn) > 42 and len(set(drawn[:42])) == 42 and set(drawn) == set(drawn[:42])
+
+
+def test_balanced_sampler_resumes_exactly_and_refuses_an_unbalanced_state(shard_samples):
+    sampler = TaskSampler(shard_samples, p_fraction=0.25, seed=5, balance_a_cases=True)
+    sampler.next(40)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    expected = _ids([sampler.next(16) for _ in range(5)])
+    again = TaskSampler(shard_samples, p_fraction=0.25, seed=5, balance_a_cases=True)
+    again.load_state_dict(state)
+    assert _ids([again.next(16) for _ in range(5)]) == expected
+    with pytest.raises(UserError, match="A-case balancing"):
+        TaskSampler(shard_samples, p_fraction=0.25, seed=5).load_state_dict(state)
+
+
+def test_unbalanced_sampling_is_unchanged_by_the_case_pools(shard_samples):
+    # P rows and the P:A counts do not depend on balancing; only which A rows come does
+    plain = TaskSampler(shard_samples, p_fraction=1.0, seed=2)
+    balanced = TaskSampler(shard_samples, p_fraction=1.0, seed=2, balance_a_cases=True)
+    assert _ids([plain.next(9) for _ in range(4)]) == _ids([balanced.next(9) for _ in range(4)])

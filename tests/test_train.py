@@ -322,7 +322,7 @@ def test_the_anchor_teaches_the_stored_targets_of_its_task(tiny_run_inputs, tmp_
 def test_anchored_resume_is_bit_identical_and_needs_the_anchor_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
-    options = dict(anchor_rows=3, anchor_tasks="PA", checkpoint_every=2)
+    options = dict(anchor_rows=3, anchor_tasks="PA", anchor_cases="balanced", checkpoint_every=2)
     straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), gcfg)
     first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, **options), gcfg)
     resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, **options), gcfg,
@@ -446,6 +446,8 @@ def test_default_rollout_chunk_gives_every_rank_prompts():
     assert train.chunk_size(replace(cfg, rollout_chunk=16), train.Dist(rank=3, world=4)) == 16
     with pytest.raises(ValueError, match="rollout_chunk"):
         train.TrainConfig(rollout_chunk=0)
+    with pytest.raises(ValueError, match="anchor_cases must be one of"):
+        train.TrainConfig(anchor_cases="rare")
 
 
 def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
@@ -508,7 +510,8 @@ def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "3",
                      "--group-size", "4", "--max-new-tokens-p", "16", "--max-new-tokens-a", "16", "--processes", "1",
                      "--beta", "0.05", "--entropy-coef", "0.01", "--zero-std", "keep", "--json", str(report_file),
-                     "--anchor-rows", "2", "--anchor-coef", "0.5", "--anchor-tasks", "A"])
+                     "--anchor-rows", "2", "--anchor-coef", "0.5", "--anchor-tasks", "A",
+                     "--anchor-cases", "balanced"])
     assert code == 0
     report = json.loads(report_file.read_text())
     assert len(report["prompts"]) == 3

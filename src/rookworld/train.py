@@ -37,6 +37,7 @@ from rookworld.training import shared
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
 ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
+ANCHOR_CASES = ("mix", "balanced")
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
@@ -120,6 +121,9 @@ class TrainConfig:
                 "model is about twice a GRPO step's)"})
     anchor_tasks: str = field(default="A", metadata={
         "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
+    anchor_cases: str = field(default="mix", metadata={
+        "help": "A anchor rows: 'mix' (as the training data has them) or 'balanced' (every A case, e.g. first "
+                "move, castling, illegal move, equally often)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -143,6 +147,8 @@ class TrainConfig:
             (self.anchor_rows >= 0 and self.anchor_coef >= 0, "anchor_rows and anchor_coef must be >= 0"),
             (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
                                                  f"got {self.anchor_tasks!r}"),
+            (self.anchor_cases in ANCHOR_CASES, f"anchor_cases must be one of {ANCHOR_CASES}, "
+                                                f"got {self.anchor_cases!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
         ]
@@ -472,7 +478,8 @@ def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
 
     if not cfg.anchor_rows:
         return None
-    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + ANCHOR_SEED_OFFSET)
+    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + ANCHOR_SEED_OFFSET,
+                       balance_a_cases=cfg.anchor_cases == "balanced")
 
 
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,

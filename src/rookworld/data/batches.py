@@ -4,6 +4,9 @@ Each task's samples are visited in epochs, each epoch a permutation fixed by (se
 sample repeats only after all of its task have been seen. The number of P samples in a batch of B is
 floor(B * p_fraction + u), u uniform in [0, 1) from the sampler's own generator: exactly B * p_fraction
 on average and within one of it in every batch. A batch lists its P samples first, then its A samples.
+With `balance_a_cases`, each A row first draws its case (`meta.case`: normal, castling, first_move, ...)
+uniformly from the cases present, then the next sample of that case's own epochs: rare cases come as often
+as common ones.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class SampleFilter:
 
 class TaskSampler:
     def __init__(self, samples: Sequence[Sample], p_fraction: float = 0.5, seed: int = 0,
-                 sample_filter: SampleFilter | None = None) -> None:
+                 sample_filter: SampleFilter | None = None, balance_a_cases: bool = False) -> None:
         if not 0.0 <= p_fraction <= 1.0:
             raise UserError(f"p_fraction must be in [0, 1], got {p_fraction}")
         self.samples = samples
@@ -60,29 +63,36 @@ class TaskSampler:
         if needed:
             raise UserError(f"the P:A mix (p_fraction={p_fraction}) needs {' and '.join(needed)} samples, but "
                             f"none of the {len(samples)} samples pass the filter {self.filter}")
+        self.balance_a_cases = balance_a_cases
+        # pool names: the tasks, then with balancing one "A/<case>" pool per A case, in sorted order
+        self.cases = sorted({samples[i].meta.get("case", "normal") for i in self.pools["A"]}) if balance_a_cases else []
+        for case in self.cases:
+            self.pools[f"A/{case}"] = [i for i in self.pools["A"] if samples[i].meta.get("case", "normal") == case]
         self._rng = np.random.default_rng(seed)
-        self._epoch = {task: 0 for task in TASKS}
-        self._cursor = {task: 0 for task in TASKS}
-        self._orders: dict[str, tuple[int, np.ndarray]] = {}  # task -> (epoch, permutation of its pool)
+        self._epoch = {name: 0 for name in self.pools}
+        self._cursor = {name: 0 for name in self.pools}
+        self._orders: dict[str, tuple[int, np.ndarray]] = {}  # pool -> (epoch, permutation of the pool)
 
-    def _order(self, task: str) -> np.ndarray:
-        """This epoch's visiting order of the task's pool."""
-        epoch = self._epoch[task]
-        if task not in self._orders or self._orders[task][0] != epoch:
-            rng = np.random.default_rng([self.seed, TASKS.index(task), epoch])
-            self._orders[task] = (epoch, rng.permutation(len(self.pools[task])))
-        return self._orders[task][1]
+    def _order(self, name: str) -> np.ndarray:
+        """This epoch's visiting order of a pool."""
+        epoch = self._epoch[name]
+        if name not in self._orders or self._orders[name][0] != epoch:
+            rng = np.random.default_rng([self.seed, list(self.pools).index(name), epoch])
+            self._orders[name] = (epoch, rng.permutation(len(self.pools[name])))
+        return self._orders[name][1]
 
     def _draw(self, task: str, count: int) -> list[Sample]:
-        pool = self.pools[task]
-        drawn = []
-        for _ in range(count):
-            if self._cursor[task] == len(pool):
-                self._epoch[task] += 1
-                self._cursor[task] = 0
-            drawn.append(self.samples[pool[self._order(task)[self._cursor[task]]]])
-            self._cursor[task] += 1
-        return drawn
+        if task == "A" and self.cases:
+            return [self._next_of(f"A/{self.cases[self._rng.integers(len(self.cases))]}") for _ in range(count)]
+        return [self._next_of(task) for _ in range(count)]
+
+    def _next_of(self, name: str) -> Sample:
+        if self._cursor[name] == len(self.pools[name]):
+            self._epoch[name] += 1
+            self._cursor[name] = 0
+        sample = self.samples[self.pools[name][self._order(name)[self._cursor[name]]]]
+        self._cursor[name] += 1
+        return sample
 
     def next(self, batch_size: int) -> list[Sample]:
         """The next `batch_size` samples: P samples first, then A samples."""
@@ -96,12 +106,13 @@ class TaskSampler:
                 "epoch": dict(self._epoch), "cursor": dict(self._cursor), "rng": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue exactly where the sampler that saved `state` was (same samples, filter, seed and mix)."""
+        """Continue exactly where the sampler that saved `state` was (same samples, filter, seed, mix and
+        case balancing: the pool sizes name the A cases)."""
         mine = {"seed": self.seed, "p_fraction": self.p_fraction, "sizes": {t: len(p) for t, p in self.pools.items()}}
         theirs = {key: state[key] for key in mine}
         if theirs != mine:
             raise UserError(f"sampler state was saved for {theirs}, but this sampler has {mine}: "
-                            "resume with the same data, filter, seed and p_fraction")
+                            "resume with the same data, filter, seed, p_fraction and A-case balancing")
         self._epoch = dict(state["epoch"])
         self._cursor = dict(state["cursor"])
         self._rng.bit_generator.state = state["rng"]
