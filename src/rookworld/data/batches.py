@@ -63,7 +63,6 @@ class TaskSampler:
         if needed:
             raise UserError(f"the P:A mix (p_fraction={p_fraction}) needs {' and '.join(needed)} samples, but "
                             f"none of the {len(samples)} samples pass the filter {self.filter}")
-        self.balance_a_cases = balance_a_cases
         # pool names: the tasks, then with balancing one "A/<case>" pool per A case, in sorted order
         self.cases = sorted({samples[i].meta.get("case", "normal") for i in self.pools["A"]}) if balance_a_cases else []
         for case in self.cases:
