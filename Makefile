@@ -35,7 +35,8 @@ lint: setup
 	$(BIN)/ruff check .
 
 # Retrains the embedded default model (src/rookworld/assets/model): the extra data (19 shards, seed 1; about
-# 8 min on 12 cores), then the two SFT stages (about 11 min on one H100; hours on a CPU).
+# 8 min on 12 cores), then the two SFT stages (about 11 min on one H100; hours on a CPU). This is how the shipped model
+# was made (its data then labelled at depth 7); the retrain on a split by game is pending (docs/experiments.md).
 embedded-model: setup
 	$(BIN)/rookworld data generate --out runs/sft-data/gen --p-positions 19000 --a-samples 57000 --seed 1 --depth 7
 	rm -rf runs/sft-data/embedded && cp -r src/rookworld/assets/data runs/sft-data/embedded
