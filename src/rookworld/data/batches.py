@@ -64,9 +64,11 @@ class TaskSampler:
             raise UserError(f"the P:A mix (p_fraction={p_fraction}) needs {' and '.join(needed)} samples, but "
                             f"none of the {len(samples)} samples pass the filter {self.filter}")
         # pool names: the tasks, then with balancing one "A/<case>" pool per A case, in sorted order
-        self.cases = sorted({samples[i].meta.get("case", "normal") for i in self.pools["A"]}) if balance_a_cases else []
-        for case in self.cases:
-            self.pools[f"A/{case}"] = [i for i in self.pools["A"] if samples[i].meta.get("case", "normal") == case]
+        by_case: dict[str, list[int]] = {}
+        for i in self.pools["A"] if balance_a_cases else []:
+            by_case.setdefault(samples[i].meta.get("case", "normal"), []).append(i)
+        self.cases = sorted(by_case)
+        self.pools.update({f"A/{case}": by_case[case] for case in self.cases})
         self._rng = np.random.default_rng(seed)
         self._epoch = {name: 0 for name in self.pools}
         self._cursor = {name: 0 for name in self.pools}
