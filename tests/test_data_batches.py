@@ -85,10 +85,10 @@ def test_a_mix_that_the_filter_cannot_serve_is_an_error(samples):
 
 @pytest.fixture(scope="module")
 def shard_samples():
-    """A real embedded shard: 909 P and 3,030 A samples of all nine A cases (57% normal, 1.4% first moves)."""
+    """A real embedded shard: 919 P and 3,064 A samples of all nine A cases."""
     from rookworld.data.sources import embedded_path
 
-    return load_files(embedded_path() / "shard-00000.jsonl.gz", "all").samples
+    return load_files(embedded_path() / "train" / "shard-00000.jsonl.gz", "all").samples
 
 
 def test_balanced_a_cases_come_equally_often(shard_samples):
@@ -100,10 +100,11 @@ def test_balanced_a_cases_come_equally_often(shard_samples):
     assert balanced.cases == sorted(counts) and len(counts) == 9
     assert all(240 <= n <= 360 for n in counts.values()), counts  # 300 each, about 5 SE apart at most
     assert mixed["normal"] > 1400 and mixed["first_move"] < 80  # the data's own mix
-    # each case's pool is visited in epochs: its first epoch shows all of its 42 samples once
+    # each case's pool is visited in epochs: its first epoch shows all of its samples once
+    pool = sum(s.task == "A" and s.meta["case"] == "first_move" for s in shard_samples)  # 41
     drawn = [s.prompt for s in TaskSampler(shard_samples, p_fraction=0.0, seed=3, balance_a_cases=True).next(700)
              if s.meta["case"] == "first_move"]
-    assert len(drawn) > 42 and len(set(drawn[:42])) == 42 and set(drawn) == set(drawn[:42])
+    assert len(drawn) > pool and len(set(drawn[:pool])) == pool and set(drawn) == set(drawn[:pool])
 
 
 def test_balanced_sampler_resumes_exactly_and_refuses_an_unbalanced_state(shard_samples):

@@ -196,3 +196,25 @@ def test_every_sample_of_one_game_is_on_one_side(generated):
     # the manifest counts with the loader's rule (decided on the stored records, before decoding)
     assert manifest["counts"]["split"]["train"] == Counter(s.task for s in load_files(out, "train").samples)
     assert set(manifest["counts"]["eval_positions_in_train"]) == {"A", "P"}
+
+
+@pytest.mark.parametrize("side", ["eval", "train"])
+def test_side_makes_only_that_side_of_the_split_by_game(side, tmp_path, capsys):
+    out = tmp_path / side
+    args = ["data", "generate", "--out", str(out), "--p-positions", "8", "--a-samples", "60", "--seed", "3",
+            "--depth", "2", "--selfplay-nodes", "100", "--shard-size", "40", "--processes", "2", "--side", side]
+    assert cli.main(args) == 0
+    other = "train" if side == "eval" else "eval"
+    samples = load_files(out, "all").samples
+    assert Counter(s.task for s in samples) == {"P": 8, "A": 60}
+    assert all(sample_split(s) == side for s in samples)
+    with pytest.raises(UserError, match=f"68 usable rows but none in the {other} split"):
+        load_files(out, other)
+    # ids of the other side are skipped, not played: on the eval side (5% of ids) the indices are sparse
+    indices = sorted({int(s.meta["game"].split("-")[2]) for s in samples if "game" in s.meta})
+    assert (max(indices) >= 5 * len(indices)) == (side == "eval")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["side"] == side and manifest["command"].endswith(f"--side {side}")
+    assert manifest["counts"]["split"] == {side: {"P": 8, "A": 60}}
+    assert cli.main([*args[:-1], "both"]) == 2
+    assert "--side 'both': choose one of train, eval, all" in capsys.readouterr().err

@@ -143,21 +143,19 @@ def test_export_writes_samples_that_load_back_identically(hub_rows, tmp_path, ca
     assert [s.to_json() for s in again] == [s.to_json() for s in load_source(str(source), "all").samples]
 
 
-def test_the_embedded_dataset_is_the_default_and_split_by_position():
+def test_the_embedded_dataset_is_the_default_and_split_by_game():
     from rookworld.data.sources import embedded_path
-    from rookworld.data.splits import split_of
+    from rookworld.data.splits import sample_split
 
-    manifest = json.loads((embedded_path() / "manifest.json").read_text())
-    assert manifest["counts"]["task"]["P"] >= 30_000 and manifest["counts"]["task"]["A"] >= 100_000
-    assert set(manifest["counts"]["split"]) == {"train", "eval"}
-    assert manifest["relabel"]["source_command"].startswith("rookworld data generate")  # then relabelled:
-    assert manifest["command"].startswith("rookworld data relabel")  # P labels at the label limit
-    assert manifest["stockfish"]["label_limit"] == "depth=10"
-    size = sum(p.stat().st_size for p in embedded_path().glob("*.jsonl.gz"))
+    for side in ("train", "eval"):  # two generated sets, one per side of the split
+        manifest = json.loads((embedded_path() / side / "manifest.json").read_text())
+        assert manifest["side"] == side and manifest["command"].startswith("rookworld data generate")
+        assert manifest["stockfish"]["label_limit"] == "depth=10"  # P labels at the label limit
+    size = sum(p.stat().st_size for p in embedded_path().rglob("*.jsonl.gz"))
     assert size < 10 * 2**20
     train = load_source(limit=300)  # the default source and split: embedded, train
-    held_out = load_source("embedded", "eval", limit=300)
+    held_out = load_source("embedded", "eval", limit=3000)  # its P rows, then the first of its A rows
     assert train.source == "embedded" and train.split == "train"
-    assert all(split_of(s.fen) == "train" for s in train.samples)
-    assert all(split_of(s.fen) == "eval" for s in held_out.samples)
+    assert all(sample_split(s) == "train" for s in train.samples)
+    assert all(sample_split(s) == "eval" for s in held_out.samples)
     assert {s.task for s in held_out.samples} == {"P", "A"}

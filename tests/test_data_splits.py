@@ -55,12 +55,12 @@ def test_an_empty_split_and_an_unknown_split_are_user_errors(rows_file, tmp_path
 
 
 def _embedded_records():
-    """Real generated records without game ids: the first 150 (P) and the last 150 (A) of an embedded shard,
-    and one more P record."""
+    """Real generated records with their game ids removed (as data generated before ids was): the first 150 (P)
+    and the last 150 (A) of an embedded shard, and one more P record."""
     from rookworld.data.sources import embedded_path
 
-    with gzip.open(embedded_path() / "shard-00000.jsonl.gz", "rt") as handle:
-        records = [json.loads(line) for line in handle]
+    with gzip.open(embedded_path() / "train" / "shard-00000.jsonl.gz", "rt") as handle:
+        records = [{key: value for key, value in json.loads(line).items() if key != "g"} for line in handle]
     assert records[150]["t"] == "P" and records[-150]["t"] == "A"
     return records[:150] + records[-150:], records[150]
 
@@ -127,11 +127,18 @@ def test_old_records_decode_as_before_and_ids_round_trip():
         assert store.encode(tagged, record.get("s")) == {**record, "g": "7-0-3"}
 
 
-def test_the_embedded_set_keeps_its_split_by_position():
+def test_the_embedded_set_is_split_by_game_with_fresh_eval_games():
     from rookworld.data.sources import embedded_path, load_source
 
-    manifest = json.loads((embedded_path() / "manifest.json").read_text())
-    counts = tally(load_source("embedded", "all").samples)
-    assert counts["split"] == manifest["counts"]["split"] == {"eval": {"A": 4976, "P": 1477},
-                                                              "train": {"A": 95024, "P": 28523}}
-    assert counts["eval_positions_in_train"] == {"A": 0, "P": 0}  # a split by position shares none
+    manifests = {side: json.loads((embedded_path() / side / "manifest.json").read_text()) for side in ("train", "eval")}
+    samples = load_source("embedded", "all").samples
+    counts = tally(samples)
+    assert counts["split"] == {side: manifests[side]["counts"]["split"][side] for side in manifests} == {
+        "eval": {"A": 5000, "P": 1500}, "train": {"A": 95000, "P": 28500}}
+    # the eval side is other games (seed 2) than the training side (seed 0, the embedded model's SFT games)
+    seeds = {sample_split(s): set() for s in samples}
+    for sample in samples:
+        if "game" in sample.meta:
+            seeds[sample_split(sample)].add(sample.meta["game"].split("-")[0])
+    assert seeds == {"train": {"0"}, "eval": {"2"}}
+    assert counts["eval_positions_in_train"] == {"A": 93, "P": 24}  # chance positions, see data-reference.md

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -109,6 +110,32 @@ def test_standard_error_on_constructed_values():
     # unequal sizes: r = 11/4, residuals -0.75 and 0.75, sqrt(1.125 / 2) / mean size 2
     assert metrics.estimate([[2.0], [1.0, 3.0, 5.0]]).se == pytest.approx(0.375)
     assert math.isnan(metrics.estimate([[1.0, 0.0]]).se)
+
+
+def test_positions_of_one_game_are_one_cluster_of_the_standard_error():
+    per_prompt = [{"P/best_move_acc": [1.0]}, {"P/best_move_acc": [1.0]}, {"P/best_move_acc": [0.0]},
+                  {"P/best_move_acc": [0.0], "P/eval_mae": [2.0]}]
+    alone = metrics.summarize(per_prompt)["P/best_move_acc"]
+    assert alone.mean == 0.5 and alone.n == 4 and alone.se == pytest.approx(math.sqrt(0.25 / 3))
+    # two games of two positions each: their outcomes agree within a game, so only 2 clusters vary
+    games = metrics.summarize(per_prompt, ["g1", "g1", "g2", "g2"])
+    assert games["P/best_move_acc"].n == 4 and games["P/best_move_acc"].mean == 0.5
+    assert games["P/best_move_acc"].se == pytest.approx(metrics.estimate([[1.0, 1.0], [0.0, 0.0]]).se)
+    assert games["P/best_move_acc"].se == pytest.approx(0.5) and alone.se < 0.5
+    assert games["P/eval_mae"].n == 1  # n counts the prompts that have the metric
+    # None: a prompt without a game is a cluster of its own
+    mixed = metrics.summarize(per_prompt, [None, None, "g2", "g2"])["P/best_move_acc"]
+    assert mixed.se == pytest.approx(metrics.estimate([[1.0], [1.0], [0.0, 0.0]]).se)
+
+
+def test_eval_clusters_its_standard_errors_by_the_samples_games(sample):
+    in_games = [replace(sample, meta={"game": game}) for game in ("0-0-1", "0-0-1", "0-0-2", "0-0-2")]
+    groups = [[completion("a1a8")], [completion("a1a8")], [completion("g1h1")], [completion("g1h1")]]
+    alone = evaluate_completions([sample] * 4, groups)
+    by_game = evaluate_completions(in_games, groups)
+    assert alone["P/best_move_acc"] == by_game["P/best_move_acc"] == 0.5 and by_game["P/best_move_acc/n"] == 4
+    assert alone["P/best_move_acc/se"] == pytest.approx(math.sqrt(0.25 / 3))
+    assert by_game["P/best_move_acc/se"] == pytest.approx(0.5)
 
 
 FEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rookworld.data.record import Sample
-from rookworld.data.splits import SPLITS
+from rookworld.data.splits import SPLITS, sample_game
 from rookworld.errors import UserError
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[st
     for values, group in zip(per_prompt, groups):
         if len(group) > 1:
             metrics.add_best_of(values, len(group))
-    result = metrics.flatten(metrics.summarize(per_prompt))
+    result = metrics.flatten(metrics.summarize(per_prompt, [sample_game(s) for s in samples]))
     for task in ("P", "A"):
         result[f"count/{task}"] = float(sum(s.task == task for s in flat_samples))
     return result

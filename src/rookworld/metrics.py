@@ -3,7 +3,8 @@
 Every per-sample metric is a fraction in [0, 1] (averaged over the samples it applies to) except
 `P/eval_mae`, `P/acpl` and `P/acpl@k`, in pawns. docs/grpo.md defines each one; `rookworld eval` and
 the GRPO trainer's periodic evaluation both report these names, each with its standard error
-(`NAME/se`) and the number of prompts it is averaged over (`NAME/n`).
+(`NAME/se`, clustered by game where the prompts name their game) and the number of prompts it is averaged
+over (`NAME/n`).
 """
 
 from __future__ import annotations
@@ -124,11 +125,11 @@ class Estimate:
 
 
 def estimate(groups: Sequence[Sequence[float]]) -> Estimate:
-    """The mean of all values, grouped by prompt, and its standard error clustered by prompt (the k
-    completions of one prompt are not independent draws): with prompt totals y_i over m_i values and
+    """The mean of all values, grouped in clusters (a prompt's k completions, a game's positions: not
+    independent draws), and its standard error clustered so: with cluster totals y_i over m_i values and
     r = sum(y) / sum(m), SE = sqrt(sum((y_i - r m_i)^2) / (n (n - 1))) / mean(m). With one value per
-    prompt this is the sample std (n - 1 denominator) over sqrt(n); for a rate, sqrt(p (1 - p) / (n - 1)).
-    NaN when n < 2."""
+    cluster this is the sample std (n - 1 denominator) over sqrt(n); for a rate, sqrt(p (1 - p) / (n - 1)).
+    NaN when n < 2; n is the number of clusters."""
     n = len(groups)
     totals = [sum(group) for group in groups]
     sizes = [len(group) for group in groups]
@@ -139,14 +140,24 @@ def estimate(groups: Sequence[Sequence[float]]) -> Estimate:
     return Estimate(mean, math.sqrt(spread / (n * (n - 1))) / (sum(sizes) / n), n)
 
 
-def summarize(per_prompt: Sequence[Mapping[str, Sequence[float]]]) -> dict[str, Estimate]:
-    """The estimate of each metric over the prompts that have it."""
-    groups: dict[str, list[Sequence[float]]] = defaultdict(list)
-    for values in per_prompt:
+def summarize(per_prompt: Sequence[Mapping[str, Sequence[float]]],
+              clusters: Sequence[str | None] | None = None) -> dict[str, Estimate]:
+    """The estimate of each metric over the prompts that have it; n counts those prompts. `clusters`
+    names each prompt's game (None: a game of its own): the positions of one game are not independent,
+    so the SE is clustered by game, as `estimate` clusters the completions of one prompt."""
+    groups: dict[str, dict[object, list[float]]] = defaultdict(dict)
+    prompts: dict[str, int] = defaultdict(int)
+    for index, values in enumerate(per_prompt):
+        cluster = clusters[index] if clusters is not None and clusters[index] is not None else index
         for name, group in values.items():
             if group:
-                groups[name].append(group)
-    return {name: estimate(groups[name]) for name in sorted(groups)}
+                groups[name].setdefault(cluster, []).extend(group)
+                prompts[name] += 1
+    estimates = {}
+    for name in sorted(groups):
+        found = estimate(list(groups[name].values()))
+        estimates[name] = Estimate(found.mean, found.se, prompts[name])
+    return estimates
 
 
 def flatten(estimates: Mapping[str, Estimate]) -> dict[str, float]:

@@ -15,6 +15,7 @@
 History follows the original data: the last up to 10 moves of the game, the current move last. A case
 that cannot be filled (all first moves used, a PGN without castling) is made up with game moves. A sample
 made from a game position carries the ply's game id (meta.game); synthetic and first-move samples have none.
+With a `side` of the split (generate.py's `--side`), a sample on the other side is refused like a repeat.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rookworld import text
 from rookworld.data.cases import case_moves, illegal_move
 from rookworld.data.games import Ply
 from rookworld.data.record import Sample, a_sample
+from rookworld.data.splits import Split, sample_split
 from rookworld.data.synthetic import RECIPES, synthetic_case
 
 RARE_SHARES = {"illegal": 0.06, "checkmate": 0.04, "promotion": 0.04, "insufficient_material": 0.03,
@@ -47,21 +49,27 @@ def rare_quotas(count: int) -> dict[str, int]:
 
 
 class AMixer:
-    """Builds one shard's A samples; `seen` (prompts already used, shared across shards) keeps them unique."""
+    """Builds one shard's A samples; `seen` (prompts already used, shared across shards) keeps them unique,
+    `side` keeps them on that side of the split ("all": either)."""
 
-    def __init__(self, rng: np.random.Generator, seen: set[str]) -> None:
+    def __init__(self, rng: np.random.Generator, seen: set[str], side: Split = "all") -> None:
         self.rng = rng
         self.seen = seen
+        self.side = side
         self.samples: list[Sample] = []
+
+    def _on_side(self, sample: Sample) -> bool:
+        return self.side == "all" or sample_split(sample) == self.side
 
     def _add(self, fen: str, move: str, history: Sequence[str], case: str | None = None,
              game: str | None = None) -> bool:
-        """Add the sample of this move unless its prompt was used or (when `case` is given) it is another case."""
+        """Add the sample of this move unless its prompt was used, it is on the other side, or (when `case` is
+        given) it is another case."""
         prompt = text.a_prompt(fen, move, [*history, move])
         if prompt in self.seen:
             return False
         sample = a_sample(prompt, _game_meta(game))
-        if case is not None and sample.meta["case"] != case:
+        if not self._on_side(sample) or (case is not None and sample.meta["case"] != case):
             return False
         self.seen.add(prompt)
         self.samples.append(sample)
@@ -104,7 +112,7 @@ class AMixer:
                 last = game[-1]
                 sample = a_sample(text.a_prompt(last.fen, last.move, [*last.history, last.move]), _game_meta(last.game))
                 case = sample.meta["case"]
-                if quotas.get(case, 0) > 0 and sample.prompt not in self.seen:
+                if quotas.get(case, 0) > 0 and sample.prompt not in self.seen and self._on_side(sample):
                     self.seen.add(sample.prompt)
                     self.samples.append(sample)
                     quotas[case] -= 1

@@ -5,6 +5,10 @@ samples are positions labelled by the engine pool (multipv 5; `B:` is the rank-1
 together with the seed); A samples are moves of the same games plus rare cases (a_mix.py). Positions
 with fewer than 5 legal moves list all of them (Stockfish's multipv returns that many). Every record of a
 sample from a game stores the game's id (`g`: seed-shard-game), by which splits.py splits the data.
+`--side train|eval` makes one side of that split only: the ids of the other side's games are skipped
+before a game is played, and samples without a game (synthetic cases, split by position) are kept only on
+that side. The embedded set is made so: its held-out games are fresh games of another seed, which the
+embedded model never trained on (Makefile `embedded-data`).
 
 The work is cut into shards (about `shard_size` samples each), each with its own random stream
 (seed, shard), written atomically as `shard-NNNNN.jsonl.gz` (compact records, store.py) and recorded in
@@ -22,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from itertools import islice
+from itertools import count, islice
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,7 @@ from rookworld.data.games import Game, Ply, plies, read_pgn_games
 from rookworld.data.position import position_key
 from rookworld.data.record import Sample, p_sample
 from rookworld.data.selfplay import SelfPlayConfig, play_games
-from rookworld.data.splits import EVAL_FRACTION
+from rookworld.data.splits import EVAL_FRACTION, SPLITS, Split, split_for
 from rookworld.errors import UserError
 from rookworld.stockfish import LABEL_LIMIT, Limit, StockfishPool
 
@@ -69,6 +73,8 @@ class GenerateConfig:
     temperature: float = field(default=0.3, metadata={"help": "self-play softmax temperature over multipv "
                                                       "evals, in pawns (0: best move)"})
     shard_size: int = field(default=4000, metadata={"help": "samples per shard (the unit of resuming)"})
+    side: str = field(default="all", metadata={"help": "make only the train or eval side of the split by game "
+                                                "(all: both)"})
     stockfish: str | None = field(default=None, metadata={"help": "Stockfish binary; unset: $ROOKWORLD_STOCKFISH, PATH "
                                                      "or /usr/games/stockfish"})
 
@@ -80,6 +86,8 @@ class GenerateConfig:
         label_limit(self.depth, self.nodes)
         if self.shard_size < 1 or self.selfplay_nodes < 1 or self.temperature < 0:
             raise ValueError("--shard-size and --selfplay-nodes must be >= 1, --temperature >= 0")
+        if self.side not in SPLITS:
+            raise ValueError(f"--side {self.side!r}: choose one of {', '.join(SPLITS)}")
 
     @property
     def label_limit(self) -> Limit:
@@ -96,9 +104,10 @@ class GenerateConfig:
     def fingerprint(self) -> dict[str, Any]:
         """Everything that decides the data (not --out, --processes or the binary's path)."""
         pgn = [{"path": str(Path(p).resolve()), "bytes": Path(p).stat().st_size} for p in self.pgn]
+        side = {"side": self.side} if self.side != "all" else {}  # absent for both sides: older runs resume
         return {"format": FORMAT, "p_positions": self.p_positions, "a_samples": self.a_samples, "seed": self.seed,
                 "pgn": pgn, "label_limit": self.label_limit.key(), "selfplay_limit": self.selfplay.limit.key(),
-                "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES}
+                "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES, **side}
 
     def command(self) -> str:
         parts = ["rookworld data generate", f"--out {self.out}", f"--p-positions {self.p_positions}",
@@ -109,7 +118,7 @@ class GenerateConfig:
         parts += [f"--processes {self.processes}"] if self.processes is not None else []
         defaults = GenerateConfig(out=self.out)
         parts += [f"--{name.replace('_', '-')} {getattr(self, name)}" for name in ("selfplay_nodes", "temperature",
-                  "shard_size") if getattr(self, name) != getattr(defaults, name)]
+                  "shard_size", "side") if getattr(self, name) != getattr(defaults, name)]
         return " ".join(parts)
 
 
@@ -138,6 +147,14 @@ def game_id(seed: int, shard: int, game: int) -> str:
     """The id of a shard's game (its index among the shard's games): unique within the dataset and
     different between seeds; stored with every sample of the game (splits.py splits by it)."""
     return f"{seed}-{shard}-{game}"
+
+
+def game_ids(seed: int, shard: int, side: Split) -> Iterator[str]:
+    """A shard's game ids in order: all of them, or those on `side` of the split by game."""
+    for index in count():
+        gid = game_id(seed, shard, index)
+        if side == "all" or split_for("", gid) == side:
+            yield gid
 
 
 def quota(total: int, shards: int, index: int) -> int:
@@ -175,6 +192,7 @@ class _Run:
         games run out); each round plays about as many games as still needed, at most 16. Returns the
         games' plies (each with its game's id) and the P positions as (FEN, id of the game in which it
         was picked; a position is picked once per dataset)."""
+        ids = game_ids(self.config.seed, shard, self.config.side)  # type: ignore[arg-type]
         games: list[list[Ply]] = []
         fens: list[tuple[str, str]] = []
         keys: set[str] = set()
@@ -185,7 +203,7 @@ class _Run:
             if not batch:
                 break
             for game in batch:
-                gid = game_id(self.config.seed, shard, len(games))
+                gid = next(ids)
                 game_plies = list(plies(game, gid))
                 games.append(game_plies)
                 n_plies += len(game_plies)
@@ -223,7 +241,7 @@ class _Run:
         labelled = self._label(rng, fens, label)
         labelled_at = time.perf_counter()
         self.progress.update(self.task_id, description=f"{label}: A samples")
-        a_samples = AMixer(rng, self.seen_prompts).build(games, n_a)
+        a_samples = AMixer(rng, self.seen_prompts, config.side).build(games, n_a)  # type: ignore[arg-type]
         self.progress.advance(self.task_id, len(a_samples))
         done = time.perf_counter()
         self.seen_positions.update(position_key(sample.fen) for sample, _ in labelled)
@@ -280,7 +298,7 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
     return {
         "format": FORMAT, "command": config.command(), "seed": config.seed, "created": started,
         "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "counts": counts, "eval_fraction": EVAL_FRACTION,
+        "counts": counts, "eval_fraction": EVAL_FRACTION, "side": config.side,
         "games": sum(s["games"] for s in shards.values()), "plies": sum(s["plies"] for s in shards.values()),
         "positions_from": "pgn" if config.pgn else "stockfish self-play",
         "stockfish": {"engine": engine, "label_limit": config.label_limit.key(), "multipv": MULTIPV,
