@@ -128,6 +128,45 @@ def test_positions_of_one_game_are_one_cluster_of_the_standard_error():
     assert mixed.se == pytest.approx(metrics.estimate([[1.0], [1.0], [0.0, 0.0]]).se)
 
 
+def test_paired_delta_is_the_mean_change_per_prompt_with_its_paired_se():
+    before = [{"P/acpl": [4.0]}, {"P/acpl": [1.0]}, {"P/acpl": [9.0], "P/eval_mae": [1.0]}, {"P/acpl": [2.0]}]
+    after = [{"P/acpl": [3.0]}, {"P/acpl": [1.0]}, {"P/acpl": [7.0]}, {"P/acpl": [0.5, 1.5]}]  # k = 2 on the last
+    delta = metrics.paired_delta(after, before)
+    changes = [-1.0, 0.0, -2.0, -1.0]
+    assert delta["P/acpl/delta"] == pytest.approx(-1.0)
+    assert delta["P/acpl/delta/se"] == pytest.approx(np.std(changes, ddof=1) / 2)  # 0.41; unpaired SEs: about 3.6
+    assert "P/eval_mae/delta" not in delta  # only metrics both models have on a prompt
+    by_game = metrics.paired_delta(after, before, ["g1", "g1", "g2", "g2"])
+    assert by_game["P/acpl/delta/se"] == pytest.approx(metrics.estimate([[-1.0, 0.0], [-2.0, -1.0]]).se)
+    assert metrics.is_statistic("P/acpl/delta") and metrics.is_statistic("P/acpl/delta/se")
+
+
+@pytest.mark.stockfish
+def test_eval_of_two_models_gives_the_second_its_paired_change(tmp_path, fixtures_dir, capsys):
+    import torch
+
+    from rookworld.hub import load_model, resolve_default_model, save_model
+
+    model, tokenizer = load_model(resolve_default_model())
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    save_model(model, tokenizer, tmp_path / "noisy")
+    data = tmp_path / "mine.txt"
+    data.write_text("\n".join(file_rows(fixtures_dir)) + "\n")
+    out = tmp_path / "two.json"
+    assert cli.main(["eval", "--model", str(resolve_default_model()), "--model", str(tmp_path / "noisy"), "--data",
+                     str(data), "--split", "all", "--threads", "1", "--processes", "1", "--out", str(out)]) == 0
+    first, second = json.loads(out.read_text()).values()
+    assert not any(key.endswith("/delta") for key in first)
+    for name in ("P/acpl", "A/exact", "reward/mean"):
+        assert second[name + "/delta"] == pytest.approx(second[name] - first[name])  # one completion per prompt
+        assert second[name + "/delta/se"] >= 0
+    assert second["reward/mean/delta"] < 0 < second["reward/mean/delta/se"]  # the noise costs reward
+    assert "Δ " in capsys.readouterr().out
+
+
 def test_eval_clusters_its_standard_errors_by_the_samples_games(sample):
     in_games = [replace(sample, meta={"game": game}) for game in ("0-0-1", "0-0-1", "0-0-2", "0-0-2")]
     groups = [[completion("a1a8")], [completion("a1a8")], [completion("g1h1")], [completion("g1h1")]]

@@ -2,7 +2,8 @@
 [--out metrics.json]`
 
 Held-out metrics (see metrics.py), each with its standard error and count, of one or several models on
-a split of the data (the eval split by default), or of given completions. Greedy by default;
+a split of the data (the eval split by default), or of given completions; each model after the first also
+gets its paired change from the first on the same prompts (NAME/delta ± NAME/delta/se). Greedy by default;
 `--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k). With a Stockfish pool
 the `B:` moves are judged (quality.py) in one batch per evaluation. The GRPO trainer's periodic
 evaluation calls `evaluate_model` with the same settings.
@@ -105,12 +106,12 @@ def judge_best_moves(samples: Sequence[Sample], groups: Sequence[Sequence[str]],
     return [[next(judged) for _ in group] if sample.task == "P" else [] for sample, group in zip(samples, groups)]
 
 
-def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None, *,
-                         limit: Limit | None = None) -> dict[str, float]:
-    """Metrics of given completions (one group of >= 1 per sample), each as NAME (the mean over all
-    completions), NAME/se and NAME/n (see metrics.estimate); best of k (NAME@k) when the groups hold
-    several; the move-quality metrics (P/acpl, P/expected_score_loss, P/band/...) when a Stockfish `pool`
-    is given, judged at `limit` (default: the label limit)."""
+def prompt_values(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None, *,
+                  limit: Limit | None = None) -> list[dict[str, list[float]]]:
+    """Each prompt's metric values over its completions (one group of >= 1 per sample): the metrics, the
+    training reward, best of k (NAME@k) when the groups hold several, and the move-quality metrics
+    (P/acpl, P/expected_score_loss, P/band/...) when a Stockfish `pool` is given, judged at `limit`
+    (default: the label limit)."""
     from rookworld import metrics
 
     flat_samples = [s for s, group in zip(samples, groups) for _ in group]
@@ -125,15 +126,30 @@ def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[st
     for values, group in zip(per_prompt, groups):
         if len(group) > 1:
             metrics.add_best_of(values, len(group))
+    return per_prompt
+
+
+def summary(samples: Sequence[Sample], groups: Sequence[Sequence[str]],
+            per_prompt: Sequence[dict[str, list[float]]]) -> dict[str, float]:
+    """NAME (the mean over all completions), NAME/se (clustered by prompt and game) and NAME/n of each
+    metric (see metrics.estimate), and count/P, count/A."""
+    from rookworld import metrics
+
     result = metrics.flatten(metrics.summarize(per_prompt, [sample_game(s) for s in samples]))
     for task in ("P", "A"):
-        result[f"count/{task}"] = float(sum(s.task == task for s in flat_samples))
+        result[f"count/{task}"] = float(sum(s.task == task for s, group in zip(samples, groups) for _ in group))
     return result
 
 
-def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
-                   decoder: FastDecoder | None = None) -> dict[str, float]:
-    """Metrics of `model` on `samples` (eval mode, no grad; the model's mode is restored), decoded by
+def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None, *,
+                         limit: Limit | None = None) -> dict[str, float]:
+    """The summary of given completions' metrics (see prompt_values and summary)."""
+    return summary(samples, groups, prompt_values(samples, groups, pool, limit=limit))
+
+
+def model_completions(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
+                      decoder: FastDecoder | None = None) -> list[list[str]]:
+    """`model`'s completions of `samples` (eval mode, no grad; the model's mode is restored), decoded by
     `decoder` when given (it must hold the model's current weights)."""
     import torch
 
@@ -141,10 +157,15 @@ def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
     model.eval()
     try:
         with torch.no_grad():
-            groups = complete(model, tokenizer, samples, cfg, decoder)
+            return complete(model, tokenizer, samples, cfg, decoder)
     finally:
         model.train(was_training)
-    return evaluate_completions(samples, groups, pool)
+
+
+def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
+                   decoder: FastDecoder | None = None) -> dict[str, float]:
+    """Metrics of `model` on `samples` (see model_completions and evaluate_completions)."""
+    return evaluate_completions(samples, model_completions(model, tokenizer, samples, cfg, decoder), pool)
 
 
 # ---------------------------------------------------------------- command
@@ -222,14 +243,18 @@ def _with_analyses(samples: list[Sample], pool) -> list[Sample]:
 
 
 def _cell(result: dict[str, float], name: str) -> str:
-    """`mean ± se (n=N)` of a metric, the bare value of one without a standard error (the counts)."""
-    from rookworld.metrics import N_SUFFIX, SE_SUFFIX
+    """`mean ± se (n=N)` of a metric (with `Δ delta ± se` after it when paired with a first model), the
+    bare value of one without a standard error (the counts)."""
+    from rookworld.metrics import DELTA_SUFFIX, N_SUFFIX, SE_SUFFIX
 
     if name not in result:
         return "-"
     if name + SE_SUFFIX not in result:
         return f"{result[name]:.4f}"
-    return f"{result[name]:.4f} ± {result[name + SE_SUFFIX]:.4f} (n={result[name + N_SUFFIX]:.0f})"
+    cell = f"{result[name]:.4f} ± {result[name + SE_SUFFIX]:.4f} (n={result[name + N_SUFFIX]:.0f})"
+    if name + DELTA_SUFFIX in result:  # a later model of several: its paired change from the first
+        cell += f" Δ {result[name + DELTA_SUFFIX]:+.4f} ± {result[name + DELTA_SUFFIX + SE_SUFFIX]:.4f}"
+    return cell
 
 
 def _metric_names(results: dict[str, dict[str, float]]) -> list[str]:
@@ -300,10 +325,18 @@ def run(args: argparse.Namespace) -> int:
             samples = _load_samples(args)
             device = pick_device(args.device, args.threads)
             fast = fast_path(cfg.fast_decode, device)
+            from rookworld.metrics import paired_delta
+
+            first: list[dict[str, list[float]]] | None = None
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
-                results[name] = evaluate_model(model, tokenizer, samples, cfg, pool,
-                                               FastDecoder(model) if fast else None)
+                groups = model_completions(model, tokenizer, samples, cfg, FastDecoder(model) if fast else None)
+                per_prompt = prompt_values(samples, groups, pool)
+                results[name] = summary(samples, groups, per_prompt)
+                if first is None:
+                    first = per_prompt
+                else:  # a later model: its change from the first, paired by prompt
+                    results[name].update(paired_delta(per_prompt, first, [sample_game(s) for s in samples]))
     _print_table(results)
     if args.out:
         Path(args.out).write_text(json.dumps(jsonable(results), indent=2) + "\n", encoding="utf-8")

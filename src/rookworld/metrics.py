@@ -26,6 +26,8 @@ FEN_FIELDS = 6
 # A cases whose exact accuracy is reported on its own (meta.case, from data.cases).
 A_CASE_METRICS = ("first_move", "checkmate", "stalemate", "illegal")
 SE_SUFFIX, N_SUFFIX = "/se", "/n"  # NAME/se, NAME/n: a metric's standard error and its number of prompts
+# NAME/delta, NAME/delta/se: a model's difference from another on the same prompts, and its paired SE
+DELTA_SUFFIX = "/delta"
 BAND_PREFIX = "P/band/"  # P/band/<name>: share of B: moves in each move-quality band (quality.BANDS)
 # Best of a prompt's k completions, reported as NAME@k: pass@k for the rates, the smallest loss for P/acpl.
 BEST_OF: dict[str, Callable[[Sequence[float]], float]] = {"P/best_move_acc": max, "A/exact": max, "P/acpl": min}
@@ -168,6 +170,22 @@ def flatten(estimates: Mapping[str, Estimate]) -> dict[str, float]:
     return flat
 
 
+def paired_delta(per_prompt: Sequence[Mapping[str, Sequence[float]]],
+                 reference: Sequence[Mapping[str, Sequence[float]]],
+                 clusters: Sequence[str | None] | None = None) -> dict[str, float]:
+    """NAME/delta and NAME/delta/se of each metric: the mean over prompts of (this prompt's mean - the
+    reference's on the same prompt), with the SE of that paired difference, clustered by game as in
+    `summarize`. Pairing removes what the prompts share (how hard a position is), so the SE is the one to
+    judge a change by; two independent SEs overstate it."""
+    differences = [{name: [sum(values) / len(values) - sum(ref[name]) / len(ref[name])]
+                    for name, values in mine.items() if values and ref.get(name)}
+                   for mine, ref in zip(per_prompt, reference, strict=True)]
+    flat: dict[str, float] = {}
+    for name, found in summarize(differences, clusters).items():
+        flat.update({name + DELTA_SUFFIX: found.mean, name + DELTA_SUFFIX + SE_SUFFIX: found.se})
+    return flat
+
+
 def is_statistic(name: str) -> bool:
-    """Whether `name` is a metric's standard error or count rather than a metric."""
-    return name.endswith((SE_SUFFIX, N_SUFFIX))
+    """Whether `name` is a metric's standard error, count or paired difference rather than a metric."""
+    return name.endswith((SE_SUFFIX, N_SUFFIX, DELTA_SUFFIX))
