@@ -216,5 +216,7 @@ def test_side_makes_only_that_side_of_the_split_by_game(side, tmp_path, capsys):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["side"] == side and manifest["command"].endswith(f"--side {side}")
     assert manifest["counts"]["split"] == {side: {"P": 8, "A": 60}}
+    rates, seconds = manifest["samples_per_second"], manifest["seconds"]  # None: too fast to time (depth 2)
+    assert (rates["P"] is None) == (seconds["label"] < 0.1) and (rates["P"] or 0) < 1e5
     assert cli.main([*args[:-1], "both"]) == 2
     assert "--side 'both': choose one of train, eval, all" in capsys.readouterr().err

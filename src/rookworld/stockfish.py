@@ -15,6 +15,7 @@ import queue
 import shutil
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor, as_completed
@@ -35,6 +36,7 @@ DEBIAN_PATH = "/usr/games/stockfish"
 HASH_MB = 16  # cleared before every search, so a small table suffices and clears fast
 RETRIES = 2   # restarts of an engine for one search before giving up
 START_TIMEOUT = 30.0  # seconds for a process to start and answer "uci"; searches have their own timeout
+DB_TIMEOUT = 60.0  # seconds a cache file may stay locked by other processes before an error
 
 
 class StockfishError(RuntimeError):
@@ -145,12 +147,26 @@ class _Cache:
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             try:
-                self.db = sqlite3.connect(path, timeout=60.0, check_same_thread=False, isolation_level=None)
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute("CREATE TABLE IF NOT EXISTS results (fen TEXT, search TEXT, query TEXT, value TEXT, "
-                                "PRIMARY KEY (fen, search, query)) WITHOUT ROWID")
+                self.db = sqlite3.connect(path, timeout=DB_TIMEOUT, check_same_thread=False, isolation_level=None)
+                self._set_up(self.db)
             except sqlite3.DatabaseError as error:
                 raise UserError(f"Stockfish cache {str(path)!r} is not a usable SQLite file: {error}") from None
+
+    @staticmethod
+    def _set_up(db: sqlite3.Connection) -> None:
+        """WAL mode and the table. Two processes setting up a new file at once can get "database is locked"
+        at once: SQLite skips its busy wait where waiting could deadlock. Such a clash is retried."""
+        deadline = time.monotonic() + DB_TIMEOUT
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("CREATE TABLE IF NOT EXISTS results (fen TEXT, search TEXT, query TEXT, value TEXT, "
+                           "PRIMARY KEY (fen, search, query)) WITHOUT ROWID")
+                return
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def get(self, key: tuple[str, str, str]) -> Any | None:
         with self.lock:

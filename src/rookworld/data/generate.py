@@ -288,6 +288,11 @@ def _seen(out: Path, done: dict[str, Any]) -> tuple[set[str], set[str]]:
     return positions, prompts
 
 
+def _rate(count: int, seconds: float) -> float | None:
+    """Samples per second; None when the work took under the 0.1 s that the shard timings resolve."""
+    return round(count / seconds, 2) if seconds >= 0.1 else None
+
+
 def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, started: str) -> dict[str, Any]:
     from rookworld.data.sources import load_files
     from rookworld.data.stats import tally
@@ -305,9 +310,9 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
                       "selfplay_limit": config.selfplay.limit.key(), "selfplay_temperature": config.temperature},
         "a_rare_shares": RARE_SHARES, "seconds": seconds,
         # P: per second of labelling, A: per second of building; overall: all samples per second of all work
-        "samples_per_second": {"P": round(counts["task"].get("P", 0) / max(seconds["label"], 1e-9), 2),
-                               "A": round(counts["task"].get("A", 0) / max(seconds["A"], 1e-9), 2),
-                               "overall": round(sum(counts["task"].values()) / max(sum(seconds.values()), 1e-9), 2)},
+        "samples_per_second": {"P": _rate(counts["task"].get("P", 0), seconds["label"]),
+                               "A": _rate(counts["task"].get("A", 0), seconds["A"]),
+                               "overall": _rate(sum(counts["task"].values()), sum(seconds.values()))},
         "config": asdict(config),
     }
 
