@@ -320,13 +320,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             from rookworld.generation import FastDecoder
             from rookworld.hub import load_model, resolve_default_model
+            from rookworld.metrics import paired_delta
             from rookworld.runtime import fast_path, pick_device
 
             samples = _load_samples(args)
             device = pick_device(args.device, args.threads)
             fast = fast_path(cfg.fast_decode, device)
-            from rookworld.metrics import paired_delta
-
+            games = [sample_game(s) for s in samples]
             first: list[dict[str, list[float]]] | None = None
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
                 if first is None:
                     first = per_prompt
                 else:  # a later model: its change from the first, paired by prompt
-                    results[name].update(paired_delta(per_prompt, first, [sample_game(s) for s in samples]))
+                    results[name].update(paired_delta(per_prompt, first, games))
     _print_table(results)
     if args.out:
         Path(args.out).write_text(json.dumps(jsonable(results), indent=2) + "\n", encoding="utf-8")
