@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rookworld.generation import left_pad
-from rookworld.model import GPT, GPTConfig, KVCache, token_logprobs
+from rookworld.model import GPT, GPTConfig, KVCache, SharedPrompts, token_logprobs
 
 PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
 
@@ -163,6 +163,37 @@ def test_token_logprobs_gradients_equal_direct_computation(tiny_gpt):
         + 0.1 * (-(logprobs.exp() * logprobs).sum(-1))[m].sum()
     direct.backward()
     for got, want in zip(chunked, (p.grad for p in model.parameters())):
+        assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_shared_prompts_score_and_train_as_the_whole_sequences(tiny_gpt):
+    """Rows that continue shared prompts (each prompt run once, continuations right-padded) give the
+    log-probs, entropy, reference log-probs, KL and parameter gradients of the same rows run whole."""
+    model, reference = tiny_gpt(0), tiny_gpt(1)
+    ids, attention_mask, mask = completion_batch(model)  # three prompts, five completion tokens each
+    rows = torch.tensor([0, 2, 1, 2, 0])  # several rows per prompt, in any order
+    full_ids, full_attention, full_mask = ids[rows], attention_mask[rows], mask[rows]
+    full_mask[3, -1] = False  # one more row with a shorter completion
+    full_attention[3, -1] = False
+    prompts = SharedPrompts(torch.zeros(3, 7, dtype=torch.long), torch.tensor([len(p) for p in PROMPTS]), rows)
+    for i, prompt in enumerate(PROMPTS):
+        prompts.ids[i, :len(prompt)] = torch.tensor(prompt)
+    continuation, continuation_mask = full_ids[:, -5:], full_mask[:, -5:]
+
+    def run(*args, **kwargs):
+        out = token_logprobs(*args, entropy=True, reference=reference, kl=True, chunk_size=4, **kwargs)
+        (out.logp.sum() + 0.1 * out.entropy.sum() + out.kl.sum()).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        return out, grads
+
+    shared, shared_grads = run(model, continuation, continuation_mask, prompts=prompts)
+    whole, whole_grads = run(model, full_ids, full_mask, full_attention)
+    for name in ("logp", "entropy", "ref_logp", "kl"):
+        got, want = getattr(shared, name), getattr(whole, name)
+        assert got.shape == continuation.shape and got[~continuation_mask].eq(0).all()
+        assert torch.allclose(got[continuation_mask], want[full_mask], atol=1e-5)
+    for got, want in zip(shared_grads, whole_grads):
         assert torch.allclose(got, want, atol=1e-5)
 
 

@@ -124,10 +124,11 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
     groups = train.rollout(policy, tokenizer, samples, cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
     batch = train.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
     assert sorted(set(batch.temperature.tolist())) == pytest.approx([0.6, 1.4])
-    for ids, mask, sampled, _, _, temp in batch.micro_batches(64):
-        at_temperature = token_logprobs(policy, ids, mask, temperature=temp).logp
-        assert (at_temperature - sampled).abs().max() < 1e-4
-        assert (token_logprobs(policy, ids, mask).logp - sampled).abs().max() > 0.01
+    for mb in batch.micro_batches(64):
+        args = (policy, mb.completions, mb.completion_mask)
+        at_temperature = token_logprobs(*args, prompts=mb.prompts, temperature=mb.temperature).logp
+        assert (at_temperature - mb.logprobs).abs().max() < 1e-4
+        assert (token_logprobs(*args, prompts=mb.prompts).logp - mb.logprobs).abs().max() > 0.01
     row = records(train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)))[0]
     assert row["ratio/mean"] == pytest.approx(1.0, abs=1e-4) and row["clip_frac"] == 0.0
 
@@ -214,10 +215,11 @@ def test_cuda_steps_with_and_without_the_fast_path(tiny_run_inputs, tmp_path, fa
     assert after["transformer.wte.weight"].dtype == torch.float32  # master weights stay fp32
 
 
-def test_batch_rows_are_right_padded_and_score_as_sampled_without_a_mask(tiny_run_inputs, tmp_path):
-    """Prompts of different widths, left-padded by sampling: the Batch moves each row's real tokens to
-    column 0, micro-batches end at their longest row, and causal attention without a mask gives the
-    log-probs of the left-padded rows with theirs; by_length only regroups the rows, longest first."""
+def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp_path):
+    """Prompts of different widths, left-padded by sampling: the Batch keeps each group's prompt once
+    (its real tokens first) and the completions from their first token; log-probs over the shared prompts
+    equal those of the left-padded rows. Micro-batches end at their longest row and hold only their
+    rows' prompts; by_length only regroups the rows, groups longest completion first and kept together."""
     from rookworld.hub import load_model
     from rookworld.model import token_logprobs
 
@@ -229,28 +231,37 @@ def test_batch_rows_are_right_padded_and_score_as_sampled_without_a_mask(tiny_ru
     groups = train.rollout(policy, tokenizer, [long, short], cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
     assert bool((~groups[1].attention_mask[:, 0]).all())  # the short prompt's rows start with padding
     batch = train.Batch.of(groups, [torch.arange(cfg.group_size, dtype=torch.float32) + 10 * i for i in range(2)])
-    lengths = batch.attention_mask.sum(1)
-    assert bool(batch.attention_mask[:, 0].all())
-    assert torch.equal(batch.attention_mask, torch.arange(batch.sequences.shape[1]) < lengths[:, None])  # a prefix
-    sampled = torch.cat([g.sequences for g in groups])
-    row = cfg.group_size  # the short prompt's first row: same tokens, moved left
-    assert batch.sequences[row, :lengths[row]].tolist() == sampled[row][groups[1].attention_mask[0]].tolist()
+    G = cfg.group_size
+    assert batch.prompts.rows.tolist() == [0] * G + [1] * G
+    for i, (g, sample) in enumerate(zip(groups, (long, short))):
+        length = int(batch.prompts.lengths[i])
+        assert batch.prompts.ids[i, :length].tolist() == tokenizer.encode_prompts([sample.prompt])[0]
+        assert not batch.prompts.ids[i, length:].any()  # right-padded with 0
+        for r in range(G):
+            n = int(g.completion_mask[r].sum())
+            assert torch.equal(batch.completion_mask[i * G + r], torch.arange(batch.completions.shape[1]) < n)
+            assert batch.completions[i * G + r, :n].tolist() == g.sequences[r][g.completion_mask[r]].tolist()
 
     with torch.no_grad():
-        for g, rows in zip(groups, (slice(0, row), slice(row, 2 * row))):
+        shared = token_logprobs(policy, batch.completions, batch.completion_mask, prompts=batch.prompts).logp
+        for i, g in enumerate(groups):
             left = token_logprobs(policy, g.sequences, g.completion_mask, g.attention_mask).logp
-            right = token_logprobs(policy, batch.sequences[rows], batch.completion_mask[rows]).logp
-            assert torch.allclose(left[g.completion_mask], right[batch.completion_mask[rows]], atol=1e-5)
+            rows = slice(i * G, (i + 1) * G)
+            assert torch.allclose(left[g.completion_mask], shared[rows][batch.completion_mask[rows]], atol=1e-5)
 
-    size = cfg.group_size + 2  # micro-batches that mix the two prompts
+    lengths = batch.completion_mask.sum(1)
+    size = G + 2  # micro-batches that mix the two prompts
     in_order = list(batch.micro_batches(size))
-    widths = [int(lengths[r:r + size].max()) for r in range(0, 2 * row, size)]
-    assert [int(ids.shape[1]) for ids, *_ in in_order] == widths
-    assert torch.equal(torch.cat([adv for *_, adv, _ in in_order]), batch.advantages)
+    assert [int(mb.completions.shape[1]) for mb in in_order] == [int(lengths[r:r + size].max())
+                                                                 for r in range(0, 2 * G, size)]
+    assert torch.equal(torch.cat([mb.advantages for mb in in_order]), batch.advantages)
+    assert [len(mb.prompts.lengths) for mb in in_order] == [2, 1]  # the second holds only the short prompt's rows
+    assert torch.equal(in_order[1].prompts.lengths, batch.prompts.lengths[1:])
     longest_first = list(batch.micro_batches(size, by_length=True))
-    assert torch.equal(torch.cat([adv for *_, adv, _ in longest_first]).sort().values, batch.advantages.sort().values)
-    descending = lengths.sort(descending=True).values
-    assert [int(ids.shape[1]) for ids, *_ in longest_first] == [int(descending[0]), int(descending[size])]
+    first = int(lengths[G:].max() > lengths[:G].max())  # the group with the longest completion
+    by_group = batch.advantages.view(2, G)
+    expected = torch.cat([by_group[first], by_group[1 - first]])
+    assert torch.equal(torch.cat([mb.advantages for mb in longest_first]), expected)
 
 
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):

@@ -41,13 +41,15 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
     single = grpo.GRPOConfig(**{**gcfg.__dict__, "aggregation": "grpo", "mask_truncated": False})
     rows = []
     with torch.no_grad():
-        for ids, mask, _, _, adv, temp in batch.micro_batches(1):
+        for mb in batch.micro_batches(1):
             full = gcfg.kl_estimator == "full" and reference is not None and beta > 0
-            tl = token_logprobs(policy, ids, mask, entropy=True, temperature=temp,
+            tl = token_logprobs(policy, mb.completions, mb.completion_mask, prompts=mb.prompts, entropy=True,
+                                temperature=mb.temperature,
                                 reference=reference if reference is not None and beta > 0 else None, kl=full,
                                 kl_direction=gcfg.kl_direction)
-            _, stats = grpo.loss(tl.logp, tl.logp, tl.ref_logp if not full else None, adv, mask, single, beta=beta,
-                                 kl_per_token=tl.kl if full else None, entropy=tl.entropy)
+            _, stats = grpo.loss(tl.logp, tl.logp, tl.ref_logp if not full else None, mb.advantages,
+                                 mb.completion_mask, single, beta=beta, kl_per_token=tl.kl if full else None,
+                                 entropy=tl.entropy)
             rows.append({k: stats[k] for k in ("pg_loss", "kl/mean", "entropy") if k in stats})
     return rows
 

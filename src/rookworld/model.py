@@ -4,12 +4,14 @@ Parameter names follow Hugging Face's GPT-2 without the `transformer.` prefix, w
 weights (out, in) where Hugging Face stores `Conv1D` weights (in, out); `hub.py` converts.
 Dropout is off by default: RL needs identical log-probs from the policy and the reference.
 
-Three ways through the model:
+Four ways through the model:
 - `GPT.forward(input_ids, position_ids=None, attention_mask=None)`: logits of whole sequences; with an
   `attention_mask` rows may be left-padded (and padded after EOS), and positions count from each row's
   first real token, exactly as in cached decoding.
 - `GPT.prefill` + `GPT.decode_step`: cached decoding with a static `KVCache` written in place; every
   decode step has the same shapes, so `torch.compile` makes one graph of it.
+- `GPT.continuation_hidden(prompts, input_ids)`: rows that continue shared prompts (a GRPO group's
+  completions), each prompt run once: the update's way.
 - `token_logprobs`: log-probs of given tokens (optionally entropy, the reference's log-probs and the
   full-vocabulary KL), running the 50k-wide LM head only at the scored positions, chunk by chunk.
 """
@@ -81,6 +83,19 @@ class KVCache:
         return out
 
 
+@dataclass
+class SharedPrompts:
+    """Prompts that several rows continue (a GRPO group's G completions share one): each prompt is run
+    once, and every row attends to its prompt's keys and values."""
+
+    ids: torch.Tensor      # (P, Tp) right-padded: real tokens first
+    lengths: torch.Tensor  # (P,) real tokens of each prompt, >= 1
+    rows: torch.Tensor     # (N,) the prompt each row continues
+
+    def to(self, device: torch.device | str) -> SharedPrompts:
+        return SharedPrompts(self.ids.to(device), self.lengths.to(device), self.rows.to(device))
+
+
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids (B, T) counting from each row's first real token (left pads get 0, unused)."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -103,22 +118,39 @@ class Attention(nn.Module):
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)
         self.dropout = config.dropout
 
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        return tuple(t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                attn_mask: torch.Tensor | None) -> torch.Tensor:
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                           dropout_p=self.dropout if self.training else 0.0)  # (B, H, T, D)
+        B, _, T, _ = y.shape
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
+
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 cache: tuple[torch.Tensor, torch.Tensor] | None = None,
                 cache_index: torch.Tensor | None = None) -> torch.Tensor:
         """attn_mask: boolean (B, 1, T, T_keys), None for plain causal attention. With a cache, this
         call's keys/values go to slots `cache_index` (T,) and the queries attend over all its slots."""
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        q, k, v = self._heads(x)
         if cache is not None:
             cache_k, cache_v = cache
             cache_k.index_copy_(2, cache_index, k)
             cache_v.index_copy_(2, cache_index, v)
             k, v = cache_k, cache_v  # (B, H, T_max, D)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                           dropout_p=self.dropout if self.training else 0.0)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self._attend(q, k, v, attn_mask)
+
+    def shared(self, prompts: torch.Tensor, rows: torch.Tensor, x: torch.Tensor,
+               key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts (P, Tp, C), right-padded, attend causally among themselves; continuations x (N, T, C)
+        attend over their prompt `rows` (N,) and causally over themselves, as `key_mask` (N, 1, T, Tp + T) says."""
+        qp, kp, vp = self._heads(prompts)
+        q, k, v = self._heads(x)
+        return (self._attend(qp, kp, vp, None),
+                self._attend(q, torch.cat([kp[rows], k], 2), torch.cat([vp[rows], v], 2), key_mask))
 
 
 class MLP(nn.Module):
@@ -145,6 +177,13 @@ class Block(nn.Module):
                 cache_index: torch.Tensor | None = None) -> torch.Tensor:
         x = x + self.dropout(self.attn(self.ln_1(x), attn_mask, cache, cache_index))
         return x + self.dropout(self.mlp(self.ln_2(x)))
+
+    def shared(self, prompts: torch.Tensor, rows: torch.Tensor, x: torch.Tensor,
+               key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward for prompts and their continuations (Attention.shared)."""
+        a_prompts, a_x = self.attn.shared(self.ln_1(prompts), rows, self.ln_1(x), key_mask)
+        prompts, x = prompts + self.dropout(a_prompts), x + self.dropout(a_x)
+        return prompts + self.dropout(self.mlp(self.ln_2(prompts))), x + self.dropout(self.mlp(self.ln_2(x)))
 
 
 class GPT(nn.Module):
@@ -189,6 +228,24 @@ class GPT(nn.Module):
             if position_ids is None:
                 position_ids = positions_from_mask(attention_mask)
         return self._trunk(input_ids, position_ids, attn_mask)
+
+    def continuation_hidden(self, prompts: SharedPrompts, input_ids: torch.Tensor) -> torch.Tensor:
+        """The final hidden states (N, T, C) that predict each token of the continuations `input_ids` (N, T)
+        of `prompts`: entry (n, t) is the state after row n's prompt and its tokens before t. Rows are
+        right-padded; each prompt runs once however many rows continue it."""
+        Tp, (N, T) = prompts.ids.shape[1], input_ids.shape
+        device = input_ids.device
+        rows, lengths = prompts.rows, prompts.lengths[prompts.rows]  # (N,)
+        steps = torch.arange(T, device=device)
+        before = self.drop(self.wte(prompts.ids) + self.wpe(torch.arange(Tp, device=device)))  # (P, Tp, C)
+        x = self.drop(self.wte(input_ids) + self.wpe(lengths[:, None] + steps))  # (N, T, C)
+        own_prompt = torch.arange(Tp, device=device) < lengths[:, None]  # (N, Tp)
+        key_mask = torch.cat([own_prompt[:, None, :].expand(N, T, Tp),
+                              (steps[None, :] <= steps[:, None]).expand(N, T, T)], 2)[:, None]  # (N, 1, T, Tp + T)
+        for block in self.h:
+            before, x = block.shared(before, rows, x, key_mask)
+        before, x = self.ln_f(before), self.ln_f(x)
+        return torch.cat([before[rows, lengths - 1][:, None], x[:, :-1]], 1)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.wte.weight)  # tied weights: (..., C) -> (..., V)
@@ -260,12 +317,15 @@ def directed_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, direction: s
 
 
 def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
-                   attention_mask: torch.Tensor | None = None, *, entropy: bool = False,
-                   reference: GPT | None = None, kl: bool = False, kl_direction: str = "reverse",
-                   temperature: torch.Tensor | None = None, chunk_size: int = 1024) -> TokenLogProbs:
+                   attention_mask: torch.Tensor | None = None, *, prompts: SharedPrompts | None = None,
+                   entropy: bool = False, reference: GPT | None = None, kl: bool = False,
+                   kl_direction: str = "reverse", temperature: torch.Tensor | None = None,
+                   chunk_size: int = 1024) -> TokenLogProbs:
     """Log-probs of the tokens of `input_ids` (B, T) where `mask` (B, T) is True.
 
-    `attention_mask` (B, T) marks real tokens (None: no padding). The LM head runs only at the
+    `attention_mask` (B, T) marks real tokens (None: no padding). With `prompts`, the rows are
+    continuations of those shared prompts (`GPT.continuation_hidden`: each prompt runs once), and any
+    token may be scored, the first included. The LM head runs only at the
     positions that predict masked tokens, in chunks of `chunk_size`; with gradients on, each chunk is
     recomputed in the backward pass instead of keeping its (chunk, V) logits. Log-softmax is in float32.
     `reference` (a model without gradients) adds its log-probs of the same tokens; `kl=True` also the
@@ -277,18 +337,23 @@ def token_logprobs(model: GPT, input_ids: torch.Tensor, mask: torch.Tensor,
     if mask.shape != input_ids.shape:
         raise ValueError(f"mask shape {tuple(mask.shape)} differs from input_ids shape {tuple(input_ids.shape)}")
     mask = mask.bool()
-    if bool(mask[:, 0].any()):
+    if prompts is None and bool(mask[:, 0].any()):
         raise ValueError("mask[:, 0] must be False: no token predicts a sequence's first token")
     if kl and reference is None:
         raise ValueError("kl=True needs a reference model")
-    predicting = mask[:, 1:]  # (B, T-1): position t-1 predicts token t
-    hidden = model.hidden(input_ids, attention_mask=attention_mask)[:, :-1][predicting]  # (N, C)
-    targets = input_ids[:, 1:][predicting]  # (N,)
-    temps = None if temperature is None else temperature.float()[:, None].expand_as(predicting)[predicting]  # (N,)
+
+    def scored_hidden(m: GPT) -> torch.Tensor:  # (N, C): the states that predict the masked tokens, in order
+        if prompts is not None:
+            return m.continuation_hidden(prompts, input_ids)[mask]
+        return m.hidden(input_ids, attention_mask=attention_mask)[:, :-1][mask[:, 1:]]
+
+    hidden = scored_hidden(model)
+    targets = input_ids[mask]  # (N,)
+    temps = None if temperature is None else temperature.float()[:, None].expand_as(mask)[mask]  # (N,)
     ref_hidden = None
     if reference is not None:
         with torch.no_grad():
-            ref_hidden = reference.hidden(input_ids, attention_mask=attention_mask)[:, :-1][predicting]  # (N, C)
+            ref_hidden = scored_hidden(reference)
 
     def scaled(logits: torch.Tensor, t: torch.Tensor | None) -> torch.Tensor:
         return logits.float() if t is None else logits.float() / t[:, None]

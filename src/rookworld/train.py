@@ -30,6 +30,7 @@ from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
 from rookworld.generation import FastDecoder, Generation, SamplingSettings, decoding, generate_groups
+from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
 from rookworld.runtime import fast_path
 from rookworld.training import shared
@@ -395,59 +396,65 @@ def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: Train
 
 
 def _pad_cat(tensors: list[torch.Tensor], value) -> torch.Tensor:
+    """Rows of 2-D tensors of different widths, right-padded with `value` to the widest and stacked."""
     width = max(t.shape[1] for t in tensors)
     return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
 
 
-def _shift_left(x: torch.Tensor, offsets: torch.Tensor, fill) -> torch.Tensor:
-    """Row r of x (N, T) moved offsets[r] columns to the left, the columns freed on the right set to fill."""
-    columns = torch.arange(x.shape[1], device=x.device) + offsets[:, None]  # (N, T)
-    return x.gather(1, columns.clamp(max=x.shape[1] - 1)).masked_fill(columns >= x.shape[1], fill)
-
-
 @dataclass
 class Batch:
-    """The sequences of this rank's groups, flat: N = groups * G rows, right-padded.
+    """The sequences of this rank's groups: each group's prompt once, and N = groups * G completions.
 
-    Sampling left-pads prompts; here every row is moved left so its first real token is in column 0.
-    Each row's real tokens (prompt, completion) are then a prefix, so causal attention alone is exact
-    for them and positions count from 0: the update runs without an attention mask.
+    Sampling left-pads a chunk's prompts to one width, so a group's completions start in one column:
+    the prompt is what comes before it, its real tokens moved to the front (right-padded), and the
+    completions are right-padded from their first token. The update runs each prompt once and every
+    completion over its group's prompt (`GPT.continuation_hidden`), instead of G copies of the prompt.
     """
 
-    sequences: torch.Tensor       # (N, T)
-    attention_mask: torch.Tensor  # (N, T) True at real tokens: a prefix of each row
-    completion_mask: torch.Tensor  # (N, T)
-    logprobs: torch.Tensor        # (N, T) sampling log-probs: the old policy of the PPO ratio
-    finished: torch.Tensor        # (N,)
-    advantages: torch.Tensor      # (N,)
-    temperature: torch.Tensor     # (N,) each row's sampling temperature
+    prompts: SharedPrompts
+    completions: torch.Tensor      # (N, T) right-padded
+    completion_mask: torch.Tensor  # (N, T) True at completion tokens: a prefix of each row
+    logprobs: torch.Tensor         # (N, T) sampling log-probs: the old policy of the PPO ratio
+    finished: torch.Tensor         # (N,)
+    advantages: torch.Tensor       # (N,)
+    temperature: torch.Tensor      # (N,) each row's sampling temperature
 
     @classmethod
     def of(cls, groups: list[Group], advantages: list[torch.Tensor]) -> Batch:
         device = groups[0].sequences.device
+        starts = [int(g.completion_mask.any(0).int().argmax()) for g in groups]  # each group's first completion column
+        prompts = [g.sequences[0, :start][g.attention_mask[0, :start]] for g, start in zip(groups, starts)]
+        shared = SharedPrompts(_pad_cat([p[None] for p in prompts], 0),
+                               torch.tensor([len(p) for p in prompts], device=device),
+                               torch.cat([torch.full((len(g.completions),), i, device=device)
+                                          for i, g in enumerate(groups)]))
         temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
-        attention_mask = _pad_cat([g.attention_mask for g in groups], False)
-        offsets = attention_mask.int().argmax(1)  # (N,) each row's first real column
-        return cls(_shift_left(_pad_cat([g.sequences for g in groups], 0), offsets, 0),
-                   _shift_left(attention_mask, offsets, False),
-                   _shift_left(_pad_cat([g.completion_mask for g in groups], False), offsets, False),
-                   _shift_left(_pad_cat([g.logprobs for g in groups], 0.0), offsets, 0.0),
+        return cls(shared, *(_pad_cat([getattr(g, name)[:, start:] for g, start in zip(groups, starts)], fill)
+                             for name, fill in (("sequences", 0), ("completion_mask", False), ("logprobs", 0.0))),
                    torch.cat([g.finished for g in groups]), torch.cat(advantages), temperature)
 
+    def select(self, rows: torch.Tensor) -> Batch:
+        """The batch of rows `rows` (in that order) with only their prompts, both cut after their longest row."""
+        used, inverse = torch.unique(self.prompts.rows[rows], return_inverse=True)
+        lengths = self.prompts.lengths[used]
+        width = int(self.completion_mask[rows].sum(1).max())
+        prompts = SharedPrompts(self.prompts.ids[used, :int(lengths.max())], lengths, inverse)
+        return Batch(prompts, self.completions[rows, :width], self.completion_mask[rows, :width],
+                     self.logprobs[rows, :width], self.finished[rows], self.advantages[rows], self.temperature[rows])
+
     def micro_batches(self, size: int, by_length: bool = False):
-        """(ids, completion mask, sampling log-probs, finished, advantages, temperature) of `size` rows
-        at a time, cut after the micro-batch's longest row. Rows are taken in batch order, or with
-        by_length longest first: rows of a similar length share a micro-batch, so little padding is
-        computed, and each micro-batch fits in the memory the larger one before it freed (shortest
-        first raised the peak resident memory by a fifth)."""
-        lengths = self.attention_mask.sum(1)  # (N,)
-        order = (lengths.argsort(descending=True, stable=True) if by_length
-                 else torch.arange(len(lengths), device=lengths.device))
+        """Batches of `size` rows at a time, in batch order, or with by_length groups longest completion
+        first (a group's rows stay together, so its prompt runs once): rows of a similar length share a
+        micro-batch, so little padding is computed, and each micro-batch fits in the memory the larger
+        one before it freed (shortest first raised the peak resident memory by a fifth)."""
+        order = torch.arange(len(self.advantages), device=self.advantages.device)
+        if by_length:
+            lengths = self.completion_mask.sum(1)  # (N,)
+            longest = torch.zeros(len(self.prompts.lengths), dtype=lengths.dtype, device=lengths.device)
+            longest = longest.scatter_reduce(0, self.prompts.rows, lengths, "amax")[self.prompts.rows]  # (N,)
+            order = longest.argsort(descending=True, stable=True)
         for start in range(0, len(order), size):
-            rows = order[start:start + size]
-            width = int(lengths[rows].max())
-            yield (self.sequences[rows, :width], self.completion_mask[rows, :width], self.logprobs[rows, :width],
-                   self.finished[rows], self.advantages[rows], self.temperature[rows])
+            yield self.select(order[start:start + size])
 
 
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
@@ -503,7 +510,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                   grpo.global_normalizer(batch.completion_mask, gcfg, truncated=~batch.finished,
                                          max_completion_length=max_completion))
     total_norm, total_micro = all_sum([local_norm, 0.0 if batch is None else
-                                       math.ceil(len(batch.sequences) / cfg.micro_batch_size)], d)
+                                       math.ceil(len(batch.advantages) / cfg.micro_batch_size)], d)
     if total_micro == 0:  # the anchor alone does not make a step: it guards GRPO updates, it is not one
         return {"grad_norm": 0.0, "guard/nonfinite": 0.0, "update/applied": 0.0}
     normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
@@ -516,11 +523,12 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     # generation returned: they equal a recomputation at the same temperature to float rounding (tested).
     ref = []
     with torch.no_grad(), autocast:
-        for ids, mask, _, _, _, temp in micro:
+        for mb in micro:
             if needs_ref and not full_kl:
                 ref_dev = reference.wte.weight.device
-                ref.append(token_logprobs(reference, ids.to(ref_dev), mask.to(ref_dev),
-                                          temperature=temp.to(ref_dev)).logp.to(ids.device))
+                ref.append(token_logprobs(reference, mb.completions.to(ref_dev), mb.completion_mask.to(ref_dev),
+                                          prompts=mb.prompts.to(ref_dev),
+                                          temperature=mb.temperature.to(ref_dev)).logp.to(device))
             else:
                 ref.append(None)
 
@@ -535,16 +543,17 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                 nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
             (cfg.anchor_coef * nll).backward()
             anchor_nll += float(nll.detach()) / cfg.num_iterations
-        for (ids, mask, sampled_logp, finished, adv, temp), ref_logp in zip(micro, ref):
-            with autocast:  # right-padded rows: no attention mask (Batch)
-                tl = token_logprobs(policy, ids, mask, entropy=True, temperature=temp,
-                                    reference=reference if needs_ref and full_kl else None,
+        for mb, ref_logp in zip(micro, ref):
+            mask = mb.completion_mask
+            with autocast:
+                tl = token_logprobs(policy, mb.completions, mask, prompts=mb.prompts, entropy=True,
+                                    temperature=mb.temperature, reference=reference if needs_ref and full_kl else None,
                                     kl=needs_ref and full_kl, kl_direction=gcfg.kl_direction)
-            old_logp = sampled_logp if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
+            old_logp = mb.logprobs if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
             loss, stats = grpo.loss(tl.logp, old_logp,
-                                    ref_logp if needs_ref else None, adv, mask, gcfg, beta=beta,
+                                    ref_logp if needs_ref else None, mb.advantages, mask, gcfg, beta=beta,
                                     kl_per_token=tl.kl if needs_ref and full_kl else None,
-                                    entropy=tl.entropy, truncated=~finished, normalizer=normalizer,
+                                    entropy=tl.entropy, truncated=~mb.finished, normalizer=normalizer,
                                     max_completion_length=max_completion)
             (loss * scale).backward()
             tokens = float(mask.sum())
