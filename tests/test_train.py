@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -328,6 +329,35 @@ def test_the_anchor_teaches_the_stored_targets_of_its_task(tiny_run_inputs, tmp_
     assert len(nll) == 3 and all(math.isfinite(x) and x > 0 for x in nll)
     assert "anchor/nll" not in records(plain)[0]
     assert _target_nll(anchored, data, tasks) < _target_nll(plain, data, tasks) - 0.05
+
+
+def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_path):
+    """--a-cases balanced: the batches' A prompts come from every A case equally often (rare cases far
+    more often than in the mix), the flag reaches the config, and a run trains with it."""
+    from collections import Counter
+
+    from rookworld.data.sources import load_source
+    from rookworld.train import add_arguments
+
+    model_dir, data = tiny_run_inputs
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg, _, _ = train.configs_from_args(parser.parse_args(["--a-cases", "balanced", "--p-fraction", "0"]))
+    assert (cfg.a_cases, cfg.p_fraction) == ("balanced", 0.0)
+    samples = load_source("embedded", "eval").samples  # nine A cases, 0.4% to 75% of the A rows
+    case = lambda drawn: Counter(s.meta.get("case", "normal") for s in drawn)  # noqa: E731
+    in_mix = case(train.batch_sampler(replace(cfg, a_cases="mix"), samples).next(900))
+    in_balance = case(train.batch_sampler(cfg, samples).next(900))
+    cases = case(s for s in samples if s.task == "A")
+    assert len(cases) == 9 and set(in_balance) == set(cases)
+    assert all(60 <= n <= 140 for n in in_balance.values())  # 100 each expected (sd 9.4)
+    rarest = min(cases, key=cases.get)
+    assert in_balance[rarest] > 2 * in_mix[rarest]
+    out = train.main(replace(tiny_config(model_dir, data, tmp_path / "run", steps=1), a_cases="balanced"),
+                     grpo.GRPOConfig())
+    assert records(out)[0]["update/applied"] == 1.0
+    with pytest.raises(ValueError, match="a_cases must be one of"):
+        train.TrainConfig(a_cases="rare")
 
 
 def test_anchored_resume_is_bit_identical_and_needs_the_anchor_state(tiny_run_inputs, tmp_path):

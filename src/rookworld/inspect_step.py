@@ -21,6 +21,7 @@ from rookworld.train import (
     Batch,
     Dist,
     TrainConfig,
+    batch_sampler,
     collect,
     completion_limits,
     configs_from_args,
@@ -55,7 +56,6 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
 
 
 def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | None = None) -> dict:
-    from rookworld.data.batches import TaskSampler
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
@@ -67,7 +67,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     reference = load_model(source, device=cfg.ref_device or device)[0].requires_grad_(False) if gcfg.beta > 0 else None
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
     limits = completion_limits(cfg, tokenizer, train_samples)
-    sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
+    sampler = batch_sampler(cfg, train_samples)
     samples = sampler.next(cfg.batch_size)
     d = Dist()
     beta = grpo.BetaController(gcfg).beta

@@ -38,7 +38,7 @@ from rookworld.training import shared
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
 ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
-ANCHOR_CASES = ("mix", "balanced")
+A_CASES = ("mix", "balanced")  # how A rows are drawn: as the data has them, or every case equally often
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
@@ -56,6 +56,9 @@ class TrainConfig:
     batch_size: int = field(default=16, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
+    a_cases: str = field(default="mix", metadata={
+        "help": "A prompts of the GRPO batches: 'mix' (as the training data has them) or 'balanced' (every A case, "
+                "e.g. first move, castling, illegal move, equally often)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -148,8 +151,8 @@ class TrainConfig:
             (self.anchor_rows >= 0 and self.anchor_coef >= 0, "anchor_rows and anchor_coef must be >= 0"),
             (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
                                                  f"got {self.anchor_tasks!r}"),
-            (self.anchor_cases in ANCHOR_CASES, f"anchor_cases must be one of {ANCHOR_CASES}, "
-                                                f"got {self.anchor_cases!r}"),
+            (self.anchor_cases in A_CASES, f"anchor_cases must be one of {A_CASES}, got {self.anchor_cases!r}"),
+            (self.a_cases in A_CASES, f"a_cases must be one of {A_CASES}, got {self.a_cases!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
         ]
@@ -479,6 +482,14 @@ class Anchor:
         return cls(rows[d.rank::d.world].to(device), target[d.rank::d.world].to(device), float(target.sum()))
 
 
+def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
+    """The sampler of the GRPO prompts."""
+    from rookworld.data.batches import TaskSampler
+
+    return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed,
+                       balance_a_cases=cfg.a_cases == "balanced")
+
+
 def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     """The sampler of the anchor rows (None when cfg.anchor_rows is 0)."""
     from rookworld.data.batches import TaskSampler
@@ -687,7 +698,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
          rcfg: RewardConfig | None = None) -> Path:
     """Run GRPO with the reward `rcfg` (default: RewardConfig()); returns the run directory. Held-out
     evaluation scores with the default reward, so runs with different rewards compare on one scale."""
-    from rookworld.data.batches import TaskSampler, balanced_subset
+    from rookworld.data.batches import balanced_subset
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import Progress, RunLogger
     from rookworld.runtime import pick_device, rank_cuda_device
@@ -720,7 +731,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     train_samples, eval_samples = load_data(cfg)
     limits = completion_limits(cfg, tokenizer, train_samples)
     max_completion = max(limits.values())
-    sampler = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
+    sampler = batch_sampler(cfg, train_samples)
     anchor_sampler = make_anchor_sampler(cfg, train_samples)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
