@@ -125,8 +125,13 @@ class Attention(nn.Module):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 attn_mask: torch.Tensor | None) -> torch.Tensor:
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                           dropout_p=self.dropout if self.training else 0.0)  # (B, H, T, D)
+        if q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None and not torch.is_grad_enabled():
+            # one query per row (a decode step): two matmuls read the cache faster than the CPU flash kernel
+            scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~attn_mask, float("-inf"))
+            y = scores.softmax(-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                               dropout_p=self.dropout if self.training else 0.0)  # (B, H, T, D)
         B, _, T, _ = y.shape
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
