@@ -125,13 +125,14 @@ class Attention(nn.Module):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 attn_mask: torch.Tensor | None) -> torch.Tensor:
+        dropout = self.dropout if self.training else 0.0
         if q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None and not torch.is_grad_enabled():
             # one query per row (a decode step): two matmuls read the cache faster than the CPU flash kernel
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~attn_mask, float("-inf"))
-            y = scores.softmax(-1) @ v
+            y = F.dropout(scores.softmax(-1), dropout) @ v
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                               dropout_p=self.dropout if self.training else 0.0)  # (B, H, T, D)
+                                               dropout_p=dropout)  # (B, H, T, D)
         B, _, T, _ = y.shape
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
@@ -180,15 +181,17 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 cache: tuple[torch.Tensor, torch.Tensor] | None = None,
                 cache_index: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.dropout(self.attn(self.ln_1(x), attn_mask, cache, cache_index))
-        return x + self.dropout(self.mlp(self.ln_2(x)))
+        return self._after_attention(x, self.attn(self.ln_1(x), attn_mask, cache, cache_index))
 
     def shared(self, prompts: torch.Tensor, rows: torch.Tensor, x: torch.Tensor,
                key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """forward for prompts and their continuations (Attention.shared)."""
         a_prompts, a_x = self.attn.shared(self.ln_1(prompts), rows, self.ln_1(x), key_mask)
-        prompts, x = prompts + self.dropout(a_prompts), x + self.dropout(a_x)
-        return prompts + self.dropout(self.mlp(self.ln_2(prompts))), x + self.dropout(self.mlp(self.ln_2(x)))
+        return self._after_attention(prompts, a_prompts), self._after_attention(x, a_x)
+
+    def _after_attention(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
+        x = x + self.dropout(attended)
+        return x + self.dropout(self.mlp(self.ln_2(x)))
 
 
 class GPT(nn.Module):
