@@ -197,6 +197,30 @@ def test_shared_prompts_score_and_train_as_the_whole_sequences(tiny_gpt):
         assert torch.allclose(got, want, atol=1e-5)
 
 
+def test_attention_keeps_cudnn_for_decode_steps_only(tiny_gpt, monkeypatch):
+    """cuDNN attention plans each new shape anew (a GRPO step was 3x slower with it on an H200): the
+    whole-sequence, shared-prompt and prefill passes run with it disabled, decode steps as configured."""
+    seen = []  # (queries per row, cuDNN attention allowed) of every SDPA call
+    sdpa = F.scaled_dot_product_attention
+
+    def recording(q, *args, **kwargs):
+        seen.append((q.shape[2], torch.backends.cuda.cudnn_sdp_enabled()))
+        return sdpa(q, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+    model = tiny_gpt()
+    ids, attention_mask, mask = completion_batch(model)
+    token_logprobs(model, ids, mask, attention_mask).logp.sum()
+    prompts = SharedPrompts(ids[:, :7], attention_mask[:, :7].sum(1), torch.tensor([0, 1, 2]))
+    token_logprobs(model, ids[:, 7:], mask[:, 7:], prompts=prompts)
+    model.prefill(*left_pad(PROMPTS, pad_id=0))
+    c = model.config  # a decode step's attention: one query per row over 5 cached keys
+    q, kv = torch.randn(3, c.n_head, 1, c.n_embd // c.n_head), torch.randn(3, c.n_head, 5, c.n_embd // c.n_head)
+    model.h[0].attn._attend(q, kv, kv, None)  # CPU takes SDPA here (the matmul path needs a mask, no grad)
+    assert {n > 1 for n, _ in seen} == {True, False}
+    assert all(allowed == (n == 1) for n, allowed in seen), seen
+
+
 def test_token_logprobs_reject_bad_masks(tiny_gpt):
     model = tiny_gpt()
     ids = torch.tensor([[1, 2, 3]])

@@ -19,12 +19,19 @@ Four ways through the model:
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
+
+# cuDNN attention (a CUDA kernel) builds an execution plan for every new shape, and the shapes of the
+# update and of prefill change with every batch: there it made a GRPO step 3x slower on an H200. Those
+# calls use the other kernels; a decode step (one query per row) keeps one shape and may use any.
+VARIABLE_SHAPE_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @dataclass
@@ -131,8 +138,9 @@ class Attention(nn.Module):
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~attn_mask, float("-inf"))
             y = F.dropout(scores.softmax(-1), dropout) @ v
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
-                                               dropout_p=dropout)  # (B, H, T, D)
+            with nullcontext() if q.shape[2] == 1 else sdpa_kernel(VARIABLE_SHAPE_BACKENDS):
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
+                                                   dropout_p=dropout)  # (B, H, T, D)
         B, _, T, _ = y.shape
         return self.c_proj(y.transpose(1, 2).reshape(B, T, -1))
 
