@@ -95,32 +95,53 @@ def test_balanced_a_cases_come_equally_often(shard_samples):
     from collections import Counter
 
     mixed = Counter(s.meta["case"] for s in TaskSampler(shard_samples, p_fraction=0.0, seed=0).next(2700))
-    balanced = TaskSampler(shard_samples, p_fraction=0.0, seed=0, balance_a_cases=True)
+    balanced = TaskSampler(shard_samples, p_fraction=0.0, seed=0, a_cases="balanced")
     counts = Counter(s.meta["case"] for s in balanced.next(2700))
     assert balanced.cases == sorted(counts) and len(counts) == 9
     assert all(240 <= n <= 360 for n in counts.values()), counts  # 300 each, about 5 SE apart at most
     assert mixed["normal"] > 1400 and mixed["first_move"] < 80  # the data's own mix
     # each case's pool is visited in epochs: its first epoch shows all of its samples once
     pool = sum(s.task == "A" and s.meta["case"] == "first_move" for s in shard_samples)  # 41
-    drawn = [s.prompt for s in TaskSampler(shard_samples, p_fraction=0.0, seed=3, balance_a_cases=True).next(700)
+    drawn = [s.prompt for s in TaskSampler(shard_samples, p_fraction=0.0, seed=3, a_cases="balanced").next(700)
              if s.meta["case"] == "first_move"]
     assert len(drawn) > pool and len(set(drawn[:pool])) == pool and set(drawn) == set(drawn[:pool])
 
 
 def test_balanced_sampler_resumes_exactly_and_refuses_an_unbalanced_state(shard_samples):
-    sampler = TaskSampler(shard_samples, p_fraction=0.25, seed=5, balance_a_cases=True)
+    sampler = TaskSampler(shard_samples, p_fraction=0.25, seed=5, a_cases="balanced")
     sampler.next(40)
     state = json.loads(json.dumps(sampler.state_dict()))
     expected = _ids([sampler.next(16) for _ in range(5)])
-    again = TaskSampler(shard_samples, p_fraction=0.25, seed=5, balance_a_cases=True)
+    again = TaskSampler(shard_samples, p_fraction=0.25, seed=5, a_cases="balanced")
     again.load_state_dict(state)
     assert _ids([again.next(16) for _ in range(5)]) == expected
-    with pytest.raises(UserError, match="A-case balancing"):
-        TaskSampler(shard_samples, p_fraction=0.25, seed=5).load_state_dict(state)
+    for other in ("mix", "sqrt"):
+        with pytest.raises(UserError, match="--a-cases"):
+            TaskSampler(shard_samples, p_fraction=0.25, seed=5, a_cases=other).load_state_dict(state)
+    del state["a_cases"]  # a state saved before the key existed: its case pools say balanced
+    legacy = TaskSampler(shard_samples, p_fraction=0.25, seed=5, a_cases="balanced")
+    legacy.load_state_dict(state)
+    assert _ids([legacy.next(16) for _ in range(5)]) == expected
+
+
+def test_sqrt_a_cases_come_in_proportion_to_the_root_of_their_counts(shard_samples):
+    from collections import Counter
+
+    pools = Counter(s.meta["case"] for s in shard_samples if s.task == "A")
+    root = {case: n ** 0.5 / sum(m ** 0.5 for m in pools.values()) for case, n in pools.items()}
+    sampler = TaskSampler(shard_samples, p_fraction=0.0, seed=1, a_cases="sqrt")
+    assert dict(zip(sampler.cases, sampler.case_p)) == pytest.approx(root)
+    counts = Counter(s.meta["case"] for s in sampler.next(4000))
+    for case, share in root.items():  # within 4.5 standard errors of the expected count
+        assert abs(counts[case] - 4000 * share) <= 4.5 * (4000 * share * (1 - share)) ** 0.5, (case, counts)
+    natural = pools["normal"] / pools.total()
+    assert root["first_move"] > pools["first_move"] / pools.total() and 1 / 9 < root["normal"] < natural
+    with pytest.raises(UserError, match="a_cases must be one of"):
+        TaskSampler(shard_samples, a_cases="uniform")
 
 
 def test_unbalanced_sampling_is_unchanged_by_the_case_pools(shard_samples):
     # P rows and the P:A counts do not depend on balancing; only which A rows come does
     plain = TaskSampler(shard_samples, p_fraction=1.0, seed=2)
-    balanced = TaskSampler(shard_samples, p_fraction=1.0, seed=2, balance_a_cases=True)
+    balanced = TaskSampler(shard_samples, p_fraction=1.0, seed=2, a_cases="balanced")
     assert _ids([plain.next(9) for _ in range(4)]) == _ids([balanced.next(9) for _ in range(4)])

@@ -333,7 +333,8 @@ def test_the_anchor_teaches_the_stored_targets_of_its_task(tiny_run_inputs, tmp_
 
 def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_path):
     """--a-cases balanced: the batches' A prompts come from every A case equally often (rare cases far
-    more often than in the mix), the flag reaches the config, and a run trains with it."""
+    more often than in the mix), the flag reaches the config, and a run trains with it; 'sqrt' (and
+    --anchor-cases sqrt) lies between the mix and the balance."""
     from collections import Counter
 
     from rookworld.data.sources import load_source
@@ -356,6 +357,11 @@ def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_pat
     out = train.main(replace(tiny_config(model_dir, data, tmp_path / "run", steps=1), a_cases="balanced"),
                      grpo.GRPOConfig())
     assert records(out)[0]["update/applied"] == 1.0
+    sqrt_cfg, _, _ = train.configs_from_args(parser.parse_args(["--a-cases", "sqrt", "--anchor-cases", "sqrt"]))
+    in_sqrt = case(train.batch_sampler(replace(sqrt_cfg, p_fraction=0.0), samples).next(900))
+    assert in_mix[rarest] < in_sqrt[rarest] < in_balance[rarest] and in_balance["normal"] < in_sqrt["normal"]
+    anchors = train.make_anchor_sampler(replace(sqrt_cfg, anchor_rows=4), samples)
+    assert anchors.a_cases == "sqrt" and anchors.cases == sorted(cases)
     with pytest.raises(ValueError, match="a_cases must be one of"):
         train.TrainConfig(a_cases="rare")
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from rookworld import checkpoint, grpo, training
+from rookworld.data.batches import A_CASES
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
@@ -38,7 +39,6 @@ from rookworld.training import shared
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
 ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
-A_CASES = ("mix", "balanced")  # how A rows are drawn: as the data has them, or every case equally often
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
@@ -57,8 +57,9 @@ class TrainConfig:
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
     a_cases: str = field(default="mix", metadata={
-        "help": "A prompts of the GRPO batches: 'mix' (as the training data has them) or 'balanced' (every A case, "
-                "e.g. first move, castling, illegal move, equally often)"})
+        "help": "A prompts of the GRPO batches: 'mix' (as the training data has them), 'balanced' (every A case, "
+                "e.g. first move, castling, illegal move, equally often) or 'sqrt' (each case in proportion to "
+                "the square root of its count: between the two)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -126,8 +127,7 @@ class TrainConfig:
     anchor_tasks: str = field(default="A", metadata={
         "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
     anchor_cases: str = field(default="mix", metadata={
-        "help": "A anchor rows: 'mix' (as the training data has them) or 'balanced' (every A case, e.g. first "
-                "move, castling, illegal move, equally often)"})
+        "help": "A anchor rows: 'mix', 'balanced' or 'sqrt', as --a-cases draws the GRPO prompts"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -487,7 +487,7 @@ def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     from rookworld.data.batches import TaskSampler
 
     return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed,
-                       balance_a_cases=cfg.a_cases == "balanced")
+                       a_cases=cfg.a_cases)
 
 
 def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
@@ -497,7 +497,7 @@ def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     if not cfg.anchor_rows:
         return None
     return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + ANCHOR_SEED_OFFSET,
-                       balance_a_cases=cfg.anchor_cases == "balanced")
+                       a_cases=cfg.anchor_cases)
 
 
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
