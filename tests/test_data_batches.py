@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from rookworld.data.batches import SampleFilter, TaskSampler
@@ -105,6 +106,12 @@ def test_balanced_a_cases_come_equally_often(shard_samples):
     drawn = [s.prompt for s in TaskSampler(shard_samples, p_fraction=0.0, seed=3, a_cases="balanced").next(700)
              if s.meta["case"] == "first_move"]
     assert len(drawn) > pool and len(set(drawn[:pool])) == pool and set(drawn) == set(drawn[:pool])
+    # the case stream is the sampler's generator drawing uniform integers (after the batch's P count), as it was
+    # before 'sqrt' existed: a seed draws the rows that earlier balanced runs drew
+    rng = np.random.default_rng(0)
+    rng.random()
+    assert [s.meta["case"] for s in TaskSampler(shard_samples, p_fraction=0.0, seed=0, a_cases="balanced").next(50)] \
+        == [balanced.cases[rng.integers(len(balanced.cases))] for _ in range(50)]
 
 
 def test_balanced_sampler_resumes_exactly_and_refuses_an_unbalanced_state(shard_samples):

@@ -92,9 +92,13 @@ class TaskSampler:
 
     def _draw(self, task: str, count: int) -> list[Sample]:
         if task == "A" and self.cases:
-            return [self._next_of(f"A/{self.cases[self._rng.choice(len(self.cases), p=self.case_p)]}")
-                    for _ in range(count)]
+            return [self._next_of(f"A/{self.cases[self._case()]}") for _ in range(count)]
         return [self._next_of(task) for _ in range(count)]
+
+    def _case(self) -> int:
+        if self.a_cases == "balanced":  # uniform, as before 'sqrt' existed: the same seed draws the same rows
+            return int(self._rng.integers(len(self.cases)))
+        return int(self._rng.choice(len(self.cases), p=self.case_p))
 
     def _next_of(self, name: str) -> Sample:
         if self._cursor[name] == len(self.pools[name]):
