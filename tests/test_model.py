@@ -210,7 +210,7 @@ def test_attention_keeps_cudnn_for_decode_steps_only(tiny_gpt, monkeypatch):
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     model = tiny_gpt()
     ids, attention_mask, mask = completion_batch(model)
-    token_logprobs(model, ids, mask, attention_mask).logp.sum()
+    token_logprobs(model, ids, mask, attention_mask)
     prompts = SharedPrompts(ids[:, :7], attention_mask[:, :7].sum(1), torch.tensor([0, 1, 2]))
     token_logprobs(model, ids[:, 7:], mask[:, 7:], prompts=prompts)
     model.prefill(*left_pad(PROMPTS, pad_id=0))
