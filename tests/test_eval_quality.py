@@ -58,6 +58,8 @@ def test_acpl_expected_score_loss_and_bands_of_known_moves(engine, sample, blund
     # best 0, the blunder its loss, an illegal and a missing B: move the cap
     assert result["P/acpl"] == pytest.approx((0.0 + blunder_loss + 2 * LOSS_CAP_PAWNS) / 4)
     assert result["P/acpl/n"] == 4
+    # the legal moves alone: the best move and the blunder
+    assert result["P/acpl_legal"] == pytest.approx(blunder_loss / 2) and result["P/acpl_legal/n"] == 2
     mate = expected_score(sample.analysis.evals[0])
     assert 0.0 < result["P/expected_score_loss"] < 3 * mate / 4  # the blunder loses less than a forfeit
     assert result["P/expected_score_loss"] > 2 * mate / 4  # the two forfeits lose all the mate's expected score

@@ -110,7 +110,7 @@ def prompt_values(samples: Sequence[Sample], groups: Sequence[Sequence[str]], po
                   limit: Limit | None = None) -> list[dict[str, list[float]]]:
     """Each prompt's metric values over its completions (one group of >= 1 per sample): the metrics, the
     training reward, best of k (NAME@k) when the groups hold several, and the move-quality metrics
-    (P/acpl, P/expected_score_loss, P/band/...) when a Stockfish `pool` is given, judged at `limit`
+    (P/acpl, P/acpl_legal, P/expected_score_loss, P/band/...) when a Stockfish `pool` is given, judged at `limit`
     (default: the label limit)."""
     from rookworld import metrics
 

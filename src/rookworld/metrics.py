@@ -1,7 +1,7 @@
 """Held-out metrics of P and A completions: pure functions of (sample, completion) pairs.
 
 Every per-sample metric is a fraction in [0, 1] (averaged over the samples it applies to) except
-`P/eval_mae`, `P/acpl` and `P/acpl@k`, in pawns. docs/grpo.md defines each one; `rookworld eval` and
+`P/eval_mae`, `P/acpl`, `P/acpl_legal` and `P/acpl@k`, in pawns. docs/grpo.md defines each one; `rookworld eval` and
 the GRPO trainer's periodic evaluation both report these names, each with its standard error
 (`NAME/se`, clustered by game where the prompts name their game) and the number of prompts it is averaged
 over (`NAME/n`).
@@ -92,6 +92,8 @@ def sample_metrics(sample: Sample, completion: str) -> dict[str, float]:
 def quality_metrics(quality: MoveQuality) -> dict[str, float]:
     """The metrics of one `B:` move's quality at the engine's truth (see quality.py)."""
     values = {"P/acpl": quality.loss, "P/expected_score_loss": quality.score_loss}
+    if quality.legal:  # P/acpl without the cap of illegal moves: whether legal play itself got better
+        values["P/acpl_legal"] = quality.loss
     values.update({f"{BAND_PREFIX}{name}": float(quality.band == name) for name, _ in BANDS})
     return values
 
