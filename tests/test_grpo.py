@@ -588,3 +588,13 @@ def test_loss_matches_trl(trl_trainer_factory, loss_type, beta, bias_correction,
     assert stats["entropy"] == pytest.approx(metrics["entropy"])
     if beta:
         assert stats["kl/mean"] == pytest.approx(metrics["kl"])
+
+
+def test_project_conflict_leaves_agreeing_and_zero_gradients_alone():
+    grads = [torch.tensor([1.0, 2.0]), torch.tensor([3.0])]
+    assert grpo.project_conflict(grads, [torch.tensor([1.0, 0.0]), torch.tensor([0.0])]) == pytest.approx(1 / 14 ** 0.5)
+    assert grpo.project_conflict(grads, [torch.zeros(2), torch.zeros(1)]) == 0.0
+    assert [g.tolist() for g in grads] == [[1.0, 2.0], [3.0]]
+    against = [torch.tensor([0.0, 0.0]), torch.tensor([-2.0])]
+    assert grpo.project_conflict(grads, against) == pytest.approx(-3 / 14 ** 0.5)  # the cosine before projecting
+    assert [g.tolist() for g in grads] == [[1.0, 2.0], [0.0]]

@@ -91,6 +91,7 @@ LOSS_PATHS = {
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
     "anchor": ({}, {"anchor_rows": 4, "anchor_tasks": "PA"}),
+    "projected anchor": ({}, {"anchor_rows": 4, "anchor_mode": "project"}),
 }
 
 
@@ -331,6 +332,65 @@ def test_the_anchor_teaches_the_stored_targets_of_its_task(tiny_run_inputs, tmp_
     assert _target_nll(anchored, data, tasks) < _target_nll(plain, data, tasks) - 0.05
 
 
+def _update_grads(policy, batch, anchor, **overrides) -> tuple[list[torch.Tensor], dict]:
+    """The gradient one policy_update leaves on a copy of `policy` (SGD at lr 0: the weights stay), and its stats."""
+    import copy
+
+    model = copy.deepcopy(policy)
+    cfg = replace(train.TrainConfig(grad_clip=0.0), **overrides)
+    stats = train.policy_update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), batch,
+                                grpo.GRPOConfig(beta=0.0), cfg, 0.0, batch.completions.shape[1], train.Dist(), anchor)
+    return [p.grad.clone() for p in model.parameters()], stats
+
+
+def test_the_projected_anchor_removes_only_the_part_of_the_step_that_raises_its_nll(tiny_run_inputs):
+    """--anchor-mode project (A-GEM): GRPO's gradient g and the anchor NLL's gradient a; when g.a < 0 the update
+    uses g - (g.a / a.a) a (orthogonal to a), otherwise g itself; the anchor takes no step of its own."""
+    from rookworld.data.sources import load_source
+    from rookworld.hub import load_model
+    from rookworld.model import SharedPrompts
+    from rookworld.sft import batch_nll
+
+    model_dir, data = tiny_run_inputs
+    policy, tokenizer = load_model(str(model_dir))
+    a_rows = [s for s in load_source(str(data), "all").samples if s.task == "A"][:4]
+    anchor = train.Anchor.of(tokenizer, a_rows, train.Dist(), "cpu")
+    policy.zero_grad()
+    (batch_nll(policy, anchor.rows, anchor.target).sum() / anchor.tokens).backward()
+    nll_grad = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad()
+
+    generator = torch.Generator().manual_seed(0)
+    completions = torch.randint(1, tokenizer.vocab_size, (6, 10), generator=generator)
+    prompts = SharedPrompts(torch.randint(1, tokenizer.vocab_size, (2, 8), generator=generator), torch.tensor([8, 5]),
+                            torch.tensor([0, 0, 0, 1, 1, 1]))
+    advantages = torch.tensor([1.0, -0.5, -0.5, 0.8, -0.4, -0.4])
+
+    def batch(sign: float) -> train.Batch:
+        return train.Batch(prompts, completions, torch.ones_like(completions, dtype=torch.bool),
+                           torch.zeros(completions.shape), torch.ones(6, dtype=torch.bool), sign * advantages,
+                           torch.ones(6))
+
+    dot = lambda x, y: float(sum(torch.sum(u * v) for u, v in zip(x, y)))  # noqa: E731
+    plain, _ = _update_grads(policy, batch(1.0), anchor, anchor_coef=0.0)  # the anchor in the loss at weight 0
+    # the pg gradient is linear in the advantages (ratio 1, beta 0): one sign conflicts with the anchor
+    conflict = -1.0 if dot(plain, nll_grad) > 0 else 1.0
+    for sign, acts in ((conflict, True), (-conflict, False)):
+        grpo_grad, _ = _update_grads(policy, batch(sign), anchor, anchor_coef=0.0)
+        projected, stats = _update_grads(policy, batch(sign), anchor, anchor_mode="project")
+        g_dot_a = dot(grpo_grad, nll_grad)
+        assert (g_dot_a < 0) == acts and stats["anchor/projected"] == float(acts)
+        assert stats["anchor/cos"] == pytest.approx(g_dot_a / math.sqrt(dot(grpo_grad, grpo_grad)
+                                                                         * dot(nll_grad, nll_grad)), rel=1e-4)
+        shift = min(0.0, g_dot_a) / dot(nll_grad, nll_grad)
+        for got, g, a in zip(projected, grpo_grad, nll_grad):
+            torch.testing.assert_close(got, g - shift * a, rtol=1e-4, atol=1e-7)
+        after = dot(projected, nll_grad) / math.sqrt(dot(grpo_grad, grpo_grad) * dot(nll_grad, nll_grad))
+        assert abs(after) < 1e-4 if acts else after > 0  # projected: orthogonal to the anchor's gradient
+        assert stats["anchor/nll"] > 0
+
+
+
 def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_path):
     """--a-cases balanced: the batches' A prompts come from every A case equally often (rare cases far
     more often than in the mix), the flag reaches the config, and a run trains with it; 'sqrt' (and
@@ -357,7 +417,9 @@ def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_pat
     out = train.main(replace(tiny_config(model_dir, data, tmp_path / "run", steps=1), a_cases="balanced"),
                      grpo.GRPOConfig())
     assert records(out)[0]["update/applied"] == 1.0
-    sqrt_cfg, _, _ = train.configs_from_args(parser.parse_args(["--a-cases", "sqrt", "--anchor-cases", "sqrt"]))
+    sqrt_cfg, _, _ = train.configs_from_args(parser.parse_args(["--a-cases", "sqrt", "--anchor-cases", "sqrt",
+                                                                "--anchor-mode", "project"]))
+    assert sqrt_cfg.anchor_mode == "project"
     in_sqrt = case(train.batch_sampler(replace(sqrt_cfg, p_fraction=0.0), samples).next(900))
     assert in_mix[rarest] < in_sqrt[rarest] < in_balance[rarest] and in_balance["normal"] < in_sqrt["normal"]
     anchors = train.make_anchor_sampler(replace(sqrt_cfg, anchor_rows=4), samples)
@@ -466,13 +528,17 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("zero_std,chunk,anchor", [("keep", 2, 0), ("keep", 4, 0), ("resample", 2, 0), ("keep", 2, 3)],
-                         ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1"])
-def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor):
+@pytest.mark.parametrize("zero_std,chunk,anchor,mode", [("keep", 2, 0, "loss"), ("keep", 4, 0, "loss"),
+                                                        ("resample", 2, 0, "loss"), ("keep", 2, 3, "loss"),
+                                                        ("keep", 2, 3, "project")],
+                         ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1",
+                              "projected anchor"])
+def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor, mode):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01)
     cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
-                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", device="cpu")  # gloo, on any host
+                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", anchor_mode=mode,
+                      device="cpu")  # gloo, on any host
     single = weights(train.main(cfg, gcfg))
     ddp_cfg = replace(cfg, out=str(tmp_path / "ddp"))
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), ddp_cfg, gcfg), nprocs=2,
@@ -484,6 +550,8 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
         for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll"):
             assert a.get(key) == pytest.approx(b.get(key)), key
+        if mode == "project":
+            assert a["anchor/cos"] == pytest.approx(b["anchor/cos"], rel=1e-4)  # from gradients: rounding
 
 
 def test_default_rollout_chunk_gives_every_rank_prompts():
@@ -495,6 +563,8 @@ def test_default_rollout_chunk_gives_every_rank_prompts():
         train.TrainConfig(rollout_chunk=0)
     with pytest.raises(ValueError, match="anchor_cases must be one of"):
         train.TrainConfig(anchor_cases="rare")
+    with pytest.raises(ValueError, match="anchor_mode must be one of"):
+        train.TrainConfig(anchor_mode="both")
 
 
 def test_bad_model_path_is_one_clear_line(tmp_path, capsys):

@@ -2,7 +2,8 @@
 
 Pure tensor code: no model, no I/O. The trainer samples G completions per prompt, scores them, and calls
 `advantages` on the (B, G) rewards, then `loss` once per micro-batch on flat (N, T) completion tensors
-(N = sequences, T = completion positions). `BetaController` gives the KL coefficient of each step.
+(N = sequences, T = completion positions). `BetaController` gives the KL coefficient of each step;
+`project_conflict` is the anchor's A-GEM projection of a step's gradient.
 
 Per loss token t of sequence i (the mask after optional truncation masking):
 
@@ -443,3 +444,19 @@ class BetaController:
                              f"says {self.cfg.beta_schedule!r}; resume with the run's own beta_schedule")
         self.num_updates = int(state["num_updates"])
         self._adaptive_beta = float(state["adaptive_beta"])
+
+
+def project_conflict(grads: list[torch.Tensor], anchor: list[torch.Tensor]) -> float:
+    """A-GEM's projection: where the loss gradient `grads` points against `anchor` (the gradient of a loss to
+    keep, e.g. the NLL of held data), remove its component along `anchor`, in place, so that a gradient step
+    leaves that loss unchanged to first order instead of raising it. Returns the cosine of the two before."""
+    # three sums over all parameters, read back at once (one device sync)
+    dot, grad_sq, anchor_sq = torch.stack([torch.stack([torch.sum(x * y) for x, y in pairs]).double().sum()
+                                           for pairs in (zip(grads, anchor), zip(grads, grads),
+                                                         zip(anchor, anchor))]).tolist()
+    if grad_sq == 0.0 or anchor_sq == 0.0:
+        return 0.0
+    if dot < 0.0:
+        for g, a in zip(grads, anchor):
+            g.sub_(a, alpha=dot / anchor_sq)
+    return dot / math.sqrt(grad_sq * anchor_sq)

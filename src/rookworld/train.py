@@ -39,6 +39,7 @@ from rookworld.training import shared
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
 ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
+ANCHOR_MODES = ("loss", "project")
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
@@ -122,8 +123,12 @@ class TrainConfig:
         "help": "training rows per step whose stored target is learned by teacher forcing beside the GRPO loss: "
                 "an SFT anchor against forgetting what the batches do not show (0: off)"})
     anchor_coef: float = field(default=1.0, metadata={
-        "help": "weight of the anchor's mean target-token NLL (at 1.0 and 16 A rows its gradient on the embedded "
-                "model is about twice a GRPO step's)"})
+        "help": "anchor_mode loss: weight of the anchor's mean target-token NLL (at 1.0 and 16 A rows its "
+                "gradient on the embedded model is about twice a GRPO step's)"})
+    anchor_mode: str = field(default="loss", metadata={
+        "help": "how the anchor guards: 'loss' (its NLL joins the loss, times anchor_coef) or 'project' (A-GEM: "
+                "the GRPO gradient loses its component against the anchor NLL's gradient when they conflict, so "
+                "that to first order a step never raises the anchor's NLL; no anchor step of its own)"})
     anchor_tasks: str = field(default="A", metadata={
         "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
     anchor_cases: str = field(default="mix", metadata={
@@ -152,6 +157,8 @@ class TrainConfig:
             (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
                                                  f"got {self.anchor_tasks!r}"),
             (self.anchor_cases in A_CASES, f"anchor_cases must be one of {A_CASES}, got {self.anchor_cases!r}"),
+            (self.anchor_mode in ANCHOR_MODES, f"anchor_mode must be one of {ANCHOR_MODES}, "
+                                               f"got {self.anchor_mode!r}"),
             (self.a_cases in A_CASES, f"a_cases must be one of {A_CASES}, got {self.a_cases!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
@@ -500,13 +507,29 @@ def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
                        a_cases=cfg.anchor_cases)
 
 
+def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
+    """The policy's gradients, summed over ranks in place (zeros for parameters that got none)."""
+    for p in policy.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    grads = [p.grad for p in policy.parameters()]
+    if d.world > 1:
+        import torch.distributed as dist
+
+        for g in grads:
+            dist.all_reduce(g)
+    return grads
+
+
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
                   beta: float, max_completion: int, d: Dist, anchor: Anchor | None = None) -> dict[str, float]:
     """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
 
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
     Log-probs (policy, old, reference) are taken at each row's sampling temperature. `anchor` adds
-    cfg.anchor_coef times the anchor rows' mean target-token NLL to every optimizer step (`anchor/nll`).
+    cfg.anchor_coef times the anchor rows' mean target-token NLL to every optimizer step (`anchor/nll`), or with
+    cfg.anchor_mode "project" removes from the GRPO gradient its component against that NLL's gradient
+    (`anchor/cos`: their cosine before; `anchor/projected`: the share of optimizer steps that were projected).
     `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
     """
     from rookworld.model import token_logprobs
@@ -546,14 +569,18 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     totals = dict.fromkeys(SUMMED_STATS + TOKEN_MEAN_STATS, 0.0)  # token means as token-weighted sums
     tokens_seen = 0.0
     grad_norm = 0.0
-    anchor_nll = 0.0
+    anchor_nll = anchor_cos = anchor_projected = 0.0
+    project = anchor is not None and cfg.anchor_mode == "project"
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         if anchor is not None and len(anchor.rows):
             with autocast:
                 nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
-            (cfg.anchor_coef * nll).backward()
+            (nll if project else cfg.anchor_coef * nll).backward()
             anchor_nll += float(nll.detach()) / cfg.num_iterations
+        if project:  # the anchor's own gradient, kept aside: the GRPO gradient is projected against it
+            anchor_grads = [g.clone() for g in _summed_grads(policy, d)]
+            optimizer.zero_grad(set_to_none=True)
         for mb, ref_logp in zip(micro, ref):
             mask = mb.completion_mask
             with autocast:
@@ -573,15 +600,11 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                 totals[key] += stats[key] * scale
             for key in TOKEN_MEAN_STATS:
                 totals[key] += stats.get(key, 0.0) * tokens
-        for p in policy.parameters():
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in policy.parameters()]
-        if d.world > 1:
-            import torch.distributed as dist
-
-            for g in grads:
-                dist.all_reduce(g)
+        grads = _summed_grads(policy, d)
+        if project:
+            cos = grpo.project_conflict(grads, anchor_grads)
+            anchor_cos += cos / cfg.num_iterations
+            anchor_projected += float(cos < 0) / cfg.num_iterations
         grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
             optimizer.zero_grad(set_to_none=True)
@@ -602,6 +625,9 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     result["grad_norm"] = grad_norm
     if anchor is not None:
         result["anchor/nll"] = all_sum([anchor_nll], d)[0]
+    if project:  # from the summed gradients: the same on every rank
+        result["anchor/cos"] = anchor_cos
+        result["anchor/projected"] = anchor_projected
     result["guard/nonfinite"] = 0.0
     result["update/applied"] = 1.0
     return result
