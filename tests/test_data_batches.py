@@ -147,6 +147,20 @@ def test_sqrt_a_cases_come_in_proportion_to_the_root_of_their_counts(shard_sampl
         TaskSampler(shard_samples, a_cases="uniform")
 
 
+def test_illegal2_draws_illegal_moves_twice_as_often_and_keeps_the_other_cases_mix(shard_samples):
+    from collections import Counter
+
+    pools = Counter(s.meta["case"] for s in shard_samples if s.task == "A")
+    weight = {case: n * (2 if case == "illegal" else 1) for case, n in pools.items()}
+    expected = {case: w / sum(weight.values()) for case, w in weight.items()}
+    sampler = TaskSampler(shard_samples, p_fraction=0.0, seed=2, a_cases="illegal2")
+    assert dict(zip(sampler.cases, sampler.case_p)) == pytest.approx(expected)
+    assert expected["illegal"] > 1.8 * pools["illegal"] / pools.total()
+    counts = Counter(s.meta["case"] for s in sampler.next(4000))
+    for case, share in expected.items():  # within 4.5 standard errors of the expected count
+        assert abs(counts[case] - 4000 * share) <= 4.5 * (4000 * share * (1 - share)) ** 0.5, (case, counts)
+
+
 def test_unbalanced_sampling_is_unchanged_by_the_case_pools(shard_samples):
     # P rows and the P:A counts do not depend on balancing; only which A rows come does
     plain = TaskSampler(shard_samples, p_fraction=1.0, seed=2)

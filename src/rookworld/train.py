@@ -59,8 +59,9 @@ class TrainConfig:
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
     a_cases: str = field(default="mix", metadata={
         "help": "A prompts of the GRPO batches: 'mix' (as the training data has them), 'balanced' (every A case, "
-                "e.g. first move, castling, illegal move, equally often) or 'sqrt' (each case in proportion to "
-                "the square root of its count: between the two)"})
+                "e.g. first move, castling, illegal move, equally often), 'sqrt' (each case in proportion to "
+                "the square root of its count: between the two) or 'illegal2' (the mix with illegal moves "
+                "counted twice)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})

@@ -7,7 +7,9 @@ on average and within one of it in every batch. A batch lists its P samples firs
 With `a_cases` 'balanced' or 'sqrt', each A row first draws its case (`meta.case`: normal, castling,
 first_move, ...) from the cases present, then the next sample of that case's own epochs: 'balanced' draws
 every case equally often, 'sqrt' in proportion to the square root of its count (on the embedded set:
-normal moves 76% -> 40% of A rows, illegal moves 6% -> 11%), between the data's own mix and 'balanced'.
+normal moves 76% -> 40% of A rows, illegal moves 6% -> 11%), between the data's own mix and 'balanced';
+'illegal2' keeps the data's mix but counts illegal moves twice (6% -> 11%, the other cases in their own
+proportions): GRPO's A groups push the legal/illegal choice toward "legal" about two to one under the mix.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from rookworld.data.position import PHASES
 from rookworld.data.record import TASKS, Sample
 from rookworld.errors import UserError
 
-A_CASES = ("mix", "balanced", "sqrt")  # how A rows are drawn by case (module docstring)
+A_CASES = ("mix", "balanced", "sqrt", "illegal2")  # how A rows are drawn by case (module docstring)
+CASE_WEIGHTS = {"balanced": lambda case, n: 1.0, "sqrt": lambda case, n: math.sqrt(n),
+                "illegal2": lambda case, n: 2.0 * n if case == "illegal" else float(n)}
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class TaskSampler:
             by_case.setdefault(samples[i].meta.get("case", "normal"), []).append(i)
         self.cases = sorted(by_case)
         self.pools.update({f"A/{case}": by_case[case] for case in self.cases})
-        weights = np.array([1.0 if a_cases == "balanced" else math.sqrt(len(by_case[c])) for c in self.cases])
+        weights = np.array([CASE_WEIGHTS[a_cases](c, len(by_case[c])) for c in self.cases])
         self.case_p = weights / weights.sum() if self.cases else weights  # each case's chance per A row
         self._rng = np.random.default_rng(seed)
         self._epoch = {name: 0 for name in self.pools}
