@@ -579,8 +579,8 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                 nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
             (nll if project else cfg.anchor_coef * nll).backward()
             anchor_nll += float(nll.detach()) / cfg.num_iterations
-        if project:  # the anchor's own gradient, kept aside: the GRPO gradient is projected against it
-            anchor_grads = [g.clone() for g in _summed_grads(policy, d)]
+        if project:  # the anchor's own gradient, kept aside (set_to_none detaches it, no copy): GRPO's is projected
+            anchor_grads = _summed_grads(policy, d)
             optimizer.zero_grad(set_to_none=True)
         for mb, ref_logp in zip(micro, ref):
             mask = mb.completion_mask

@@ -9,7 +9,8 @@ first_move, ...) from the cases present, then the next sample of that case's own
 every case equally often, 'sqrt' in proportion to the square root of its count (on the embedded set:
 normal moves 76% -> 40% of A rows, illegal moves 6% -> 11%), between the data's own mix and 'balanced';
 'illegal2' keeps the data's mix but counts illegal moves twice (6% -> 11%, the other cases in their own
-proportions): GRPO's A groups push the legal/illegal choice toward "legal" about two to one under the mix.
+proportions), from an estimate that GRPO's A groups push the legal/illegal choice toward "legal" two to one
+(measured: it did not keep the illegal moves; docs/experiments.md).
 """
 
 from __future__ import annotations
