@@ -166,3 +166,23 @@ def test_unbalanced_sampling_is_unchanged_by_the_case_pools(shard_samples):
     plain = TaskSampler(shard_samples, p_fraction=1.0, seed=2)
     balanced = TaskSampler(shard_samples, p_fraction=1.0, seed=2, a_cases="balanced")
     assert _ids([plain.next(9) for _ in range(4)]) == _ids([balanced.next(9) for _ in range(4)])
+
+
+def test_a_p_pool_revisits_the_same_positions_and_leaves_the_a_rows_alone(shard_samples):
+    pooled = TaskSampler(shard_samples, p_fraction=0.5, seed=4, p_pool=5)
+    plain = TaskSampler(shard_samples, p_fraction=0.5, seed=4)
+    batches, plain_batches = [pooled.next(8) for _ in range(10)], [plain.next(8) for _ in range(10)]
+    p_rows = [s.prompt for batch in batches for s in batch if s.task == "P"]
+    assert len(p_rows) == 40 and len(set(p_rows)) == 5
+    assert all(len(set(p_rows[i:i + 5])) == 5 for i in range(0, 40, 5))  # every position once per 5 P rows
+    assert len({s.prompt for batch in plain_batches for s in batch if s.task == "P"}) == 40
+    a_rows = lambda drawn: [[s.prompt for s in batch if s.task == "A"] for batch in drawn]  # noqa: E731
+    assert a_rows(batches) == a_rows(plain_batches)
+    again = {s.prompt for s in TaskSampler(shard_samples, p_fraction=1.0, seed=4, p_pool=5).next(5)}
+    other = {s.prompt for s in TaskSampler(shard_samples, p_fraction=1.0, seed=5, p_pool=5).next(5)}
+    assert again == set(p_rows) and other != again  # the seed picks the pool
+    with pytest.raises(UserError, match="--p-pool"):
+        TaskSampler(shard_samples, p_fraction=0.5, seed=4).load_state_dict(pooled.state_dict())
+    for bad in (-1, 920):  # the shard has 919 P samples
+        with pytest.raises(UserError, match="p_pool must be 0"):
+            TaskSampler(shard_samples, p_pool=bad)

@@ -430,6 +430,21 @@ def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_pat
         train.TrainConfig(a_cases="rare")
 
 
+def test_a_p_pool_trains_on_the_same_positions_again(tiny_run_inputs, tmp_path):
+    """--p-pool N: every P prompt of a run is one of N positions; the flag reaches the sampler."""
+    from rookworld.train import add_arguments
+
+    model_dir, data = tiny_run_inputs
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg, _, _ = train.configs_from_args(parser.parse_args(["--p-pool", "1"]))
+    assert cfg.p_pool == 1
+    out = train.main(replace(tiny_config(model_dir, data, tmp_path / "run", steps=3, p_fraction=1.0), p_pool=1),
+                     grpo.GRPOConfig())
+    logged = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(logged) == 12 and len({row["prompt"] for row in logged}) == 1
+
+
 def test_anchored_resume_is_bit_identical_and_needs_the_anchor_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)

@@ -62,6 +62,9 @@ class TrainConfig:
                 "e.g. first move, castling, illegal move, equally often), 'sqrt' (each case in proportion to "
                 "the square root of its count: between the two) or 'illegal2' (the mix with illegal moves "
                 "counted twice)"})
+    p_pool: int = field(default=0, metadata={
+        "help": "P prompts from this many training positions drawn at random (seeded), each revisited every "
+                "p_pool P prompts, instead of each position once (0: every position)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -495,7 +498,7 @@ def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     from rookworld.data.batches import TaskSampler
 
     return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed,
-                       a_cases=cfg.a_cases)
+                       a_cases=cfg.a_cases, p_pool=cfg.p_pool)
 
 
 def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):

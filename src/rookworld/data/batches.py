@@ -11,6 +11,9 @@ normal moves 76% -> 40% of A rows, illegal moves 6% -> 11%), between the data's 
 'illegal2' keeps the data's mix but counts illegal moves twice (6% -> 11%, the other cases in their own
 proportions), from an estimate that GRPO's A groups push the legal/illegal choice toward "legal" two to one
 (measured: it did not keep the illegal moves; docs/experiments.md).
+With `p_pool` N > 0 the P rows come from N positions drawn at random (seeded) once, so a run visits each of
+them every N P rows instead of each position once: GRPO learned much more from 64 positions seen 25 times
+than from single visits (docs/experiments.md).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from rookworld.data.record import TASKS, Sample
 from rookworld.errors import UserError
 
 A_CASES = ("mix", "balanced", "sqrt", "illegal2")  # how A rows are drawn by case (module docstring)
+P_POOL_STREAM = 7919  # the P pool's random stream, apart from the epochs' and the batches'
 CASE_WEIGHTS = {"balanced": lambda case, n: 1.0, "sqrt": lambda case, n: math.sqrt(n),
                 "illegal2": lambda case, n: 2.0 * n if case == "illegal" else float(n)}
 
@@ -58,18 +62,25 @@ class SampleFilter:
 
 class TaskSampler:
     def __init__(self, samples: Sequence[Sample], p_fraction: float = 0.5, seed: int = 0,
-                 sample_filter: SampleFilter | None = None, a_cases: str = "mix") -> None:
+                 sample_filter: SampleFilter | None = None, a_cases: str = "mix", p_pool: int = 0) -> None:
         if not 0.0 <= p_fraction <= 1.0:
             raise UserError(f"p_fraction must be in [0, 1], got {p_fraction}")
         if a_cases not in A_CASES:
             raise UserError(f"a_cases must be one of {A_CASES}, got {a_cases!r}")
         self.a_cases = a_cases
+        self.p_pool = p_pool
         self.samples = samples
         self.p_fraction = p_fraction
         self.seed = seed
         self.filter = sample_filter or SampleFilter()
         self.pools = {task: [i for i, s in enumerate(samples) if s.task == task and self.filter.accepts(s)]
                       for task in TASKS}
+        if p_pool < 0 or p_pool > len(self.pools["P"]):
+            raise UserError(f"p_pool must be 0 (every P sample) or 1 to the {len(self.pools['P'])} P samples that "
+                            f"pass the filter, got {p_pool}")
+        if p_pool:
+            chosen = np.random.default_rng([seed, P_POOL_STREAM]).choice(len(self.pools["P"]), p_pool, replace=False)
+            self.pools["P"] = [self.pools["P"][i] for i in sorted(chosen)]
         needed = [t for t, share in (("P", p_fraction), ("A", 1.0 - p_fraction)) if share > 0 and not self.pools[t]]
         if needed:
             raise UserError(f"the P:A mix (p_fraction={p_fraction}) needs {' and '.join(needed)} samples, but "
@@ -126,7 +137,7 @@ class TaskSampler:
 
     def _identity(self) -> dict[str, Any]:
         """What a saved state must match (the pool sizes name the A cases)."""
-        return {"seed": self.seed, "p_fraction": self.p_fraction, "a_cases": self.a_cases,
+        return {"seed": self.seed, "p_fraction": self.p_fraction, "a_cases": self.a_cases, "p_pool": self.p_pool,
                 "sizes": {t: len(p) for t, p in self.pools.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -135,10 +146,12 @@ class TaskSampler:
         mine = self._identity()
         # states saved before 'sqrt' existed name no a_cases: their case pools say 'balanced'
         legacy = "balanced" if any(name.startswith("A/") for name in state.get("sizes", {})) else "mix"
-        theirs = {key: state.get(key) for key in mine} | {"a_cases": state.get("a_cases", legacy)}
+        theirs = ({key: state.get(key) for key in mine}
+                  | {"a_cases": state.get("a_cases", legacy), "p_pool": state.get("p_pool", 0)})
         if theirs != mine:
             raise UserError(f"sampler state was saved for {theirs}, but this sampler has {mine}: "
-                            "resume with the same data, filter, seed, p_fraction and A cases (--a-cases)")
+                            "resume with the same data, filter, seed, p_fraction, A cases (--a-cases) and P pool "
+                            "(--p-pool)")
         self._epoch = dict(state["epoch"])
         self._cursor = dict(state["cursor"])
         self._rng.bit_generator.state = state["rng"]
