@@ -12,8 +12,8 @@ normal moves 76% -> 40% of A rows, illegal moves 6% -> 11%), between the data's 
 proportions), from an estimate that GRPO's A groups push the legal/illegal choice toward "legal" two to one
 (measured: it did not keep the illegal moves; docs/experiments.md).
 With `p_pool` N > 0 the P rows come from N positions drawn at random (seeded) once, so a run visits each of
-them every N P rows instead of each position once: GRPO learned much more from 64 positions seen 25 times
-than from single visits (docs/experiments.md).
+them every N P rows instead of each position once, after 64 positions seen 25 times taught more than single
+visits (measured in the default mix: the pooled positions are learnt, the unseen games no better; docs/experiments.md).
 """
 
 from __future__ import annotations
