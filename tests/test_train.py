@@ -439,7 +439,7 @@ def test_a_p_pool_trains_on_the_same_positions_again(tiny_run_inputs, tmp_path):
     add_arguments(parser)
     cfg, _, _ = train.configs_from_args(parser.parse_args(["--p-pool", "1"]))
     assert cfg.p_pool == 1
-    out = train.main(replace(tiny_config(model_dir, data, tmp_path / "run", steps=3, p_fraction=1.0), p_pool=1),
+    out = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=3, p_fraction=1.0, p_pool=1),
                      grpo.GRPOConfig())
     logged = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(logged) == 12 and len({row["prompt"] for row in logged}) == 1
