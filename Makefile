@@ -51,3 +51,6 @@ embedded-model: setup
 	$(BIN)/rookworld data generate --out runs/sft-data/gen --p-positions 19000 --a-samples 57000 --seed 1 --depth 7
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage1.toml
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage2.toml
+	$(BIN)/rookworld data generate --out runs/sft-data10/gen1 --p-positions 40000 --a-samples 40000 --seed 1 --depth 10
+	mkdir -p runs/sft-data10/emb && cp src/rookworld/assets/data/train/shard-*.jsonl.gz runs/sft-data10/emb/
+	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage3.toml
