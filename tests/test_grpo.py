@@ -162,6 +162,8 @@ def test_ema_baseline_averages_each_task_and_round_trips():
     ({"baseline": "ema", "ema_momentum": 1.0}, "ema_momentum must be in"),
     ({"kl_direction": "forward"}, "kl_direction 'forward' needs kl_estimator 'full'"),
     ({"kl_estimator": "full", "kl_direction": "up"}, "kl_direction must be one of"),
+    ({"credit": "token"}, "credit must be one of"),
+    ({"credit": "field", "baseline": "ema"}, "credit 'field' needs a group baseline"),
 ])
 def test_bad_baseline_and_kl_direction_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -251,6 +253,26 @@ def test_on_policy_gradient_is_minus_advantage_over_normalizer(aggregation):
     assert torch.allclose(logp.grad, expected)
 
 
+@pytest.mark.parametrize("aggregation", grpo.AGGREGATIONS)
+def test_per_token_advantages_weigh_each_token_by_its_own(aggregation):
+    # credit 'field': d loss / d logp_it = -A_it * m_it / denom_it; a row of equal A_it is the sequence's A_i
+    torch.manual_seed(0)
+    logp = (-torch.rand(2, 3) * 3).requires_grad_()
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float32)
+    per_token = torch.tensor([[1.0, -2.0, 0.5], [3.0, 3.0, 9.0]])  # the padded 9.0 is never read
+    loss, stats = grpo.loss(logp, logp.detach(), None, per_token, mask, cfg(aggregation=aggregation),
+                            max_completion_length=4)
+    loss.backward()
+    denom = {"grpo": mask.sum(1, keepdim=True) * 2, "bnpo": 5.0, "dapo": 5.0, "dr_grpo": 2 * 4.0}[aggregation]
+    assert torch.allclose(logp.grad, -per_token * mask / denom)
+    assert stats["adv/abs_max"] == 3.0 and stats["adv/mean"] == pytest.approx(5.5 / 5)  # over the loss tokens
+    by_sequence, _ = grpo.loss(logp, logp.detach(), None, torch.tensor([2.0, -1.0]), mask, cfg(aggregation=aggregation),
+                               max_completion_length=4)
+    same, _ = grpo.loss(logp, logp.detach(), None, torch.tensor([[2.0, 2.0, 2.0], [-1.0, -1.0, 0.0]]), mask,
+                        cfg(aggregation=aggregation), max_completion_length=4)
+    assert same.item() == pytest.approx(by_sequence.item())
+
+
 def test_float_and_bool_masks_agree_and_weights_are_refused():
     logp, old, adv, mask = clipped_example()
     by_bool, _ = grpo.loss(logp, old, None, adv, mask, cfg())
@@ -266,6 +288,8 @@ def test_bad_inputs_are_named():
         grpo.loss(logp, old[:, :2], None, adv, mask, cfg())
     with pytest.raises(ValueError, match="adv must be"):
         grpo.loss(logp, old, None, adv[:1], mask, cfg())
+    with pytest.raises(ValueError, match="per sequence or logp's shape"):
+        grpo.loss(logp, old, None, adv[:, None].expand(2, 2), mask, cfg())
     with pytest.raises(ValueError, match="needs `ref_logp`"):
         grpo.loss(logp, old, None, adv, mask, cfg(beta=0.1))
     with pytest.raises(ValueError, match="needs `kl_per_token`"):

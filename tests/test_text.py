@@ -158,6 +158,17 @@ def test_an_unparseable_eval_does_not_shift_the_later_evals_onto_other_moves():
     assert parsed.errors == ["E: tokens that are not finite numbers: '+-0.2'"]
 
 
+@pytest.mark.parametrize("completion, starts", [
+    ("  M: e2e4 d2d4  E: 0.3 0.1  B: e2e4", (2, 16, 28)),
+    ("M: e2e4 E: 0.3 B: e2e4", (0, 8, 15)),
+    ("  M: e2e4  E: 0.3", None),             # truncated before B:
+    ("  E: 0.3  M: e2e4  B: e2e4", None),    # out of order: M: is searched after E:, B: after M:
+    ("", None),
+])
+def test_p_field_starts(completion, starts):
+    assert text.p_field_starts(completion) == starts
+
+
 def test_truncated_completions_keep_what_was_written():
     target = text.split_line(VAL_LINES[0])[2]
     full = text.parse_p_completion(target)

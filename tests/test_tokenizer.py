@@ -95,6 +95,18 @@ def test_decode_inverts_encode_on_any_text(gpt2_tokenizer, chess_tokenizer, text
 
 
 @pytest.mark.parametrize("name", ["gpt2", "chess", "char"])
+def test_token_starts_are_each_tokens_offset_in_the_decoded_text(name, gpt2_tokenizer, chess_tokenizer,
+                                                                 char_tokenizer):
+    tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer, "char": char_tokenizer}[name]
+    for line in ALL_LINES[:50] + [P_LINES[0] + EOS_TOKEN + " M:"]:
+        ids = tok.encode(line)
+        starts = tok.token_starts(ids)
+        assert starts == [len(tok.decode(ids[:i])) for i in range(len(ids))]
+        assert starts[0] == 0 and starts == sorted(set(starts))
+    assert tok.token_starts([]) == []
+
+
+@pytest.mark.parametrize("name", ["gpt2", "chess", "char"])
 def test_prompt_and_completion_tokenize_the_same_apart_and_together(name, gpt2_tokenizer, chess_tokenizer,
                                                                     char_tokenizer):
     tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer, "char": char_tokenizer}[name]

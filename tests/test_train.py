@@ -86,6 +86,7 @@ LOSS_PATHS = {
     "forward kl": ({"kl_estimator": "full", "kl_direction": "forward"}, {}),
     "symmetric kl": ({"kl_estimator": "full", "kl_direction": "symmetric"}, {}),
     "rloo baseline": ({"baseline": "rloo"}, {}),
+    "field credit": ({"credit": "field"}, {}),
     "ema baseline": ({"baseline": "ema", "std_scaling": "batch"}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
@@ -264,6 +265,19 @@ def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp
     by_group = batch.advantages.view(2, G)
     expected = torch.cat([by_group[first], by_group[1 - first]])
     assert torch.equal(torch.cat([mb.advantages for mb in longest_first]), expected)
+
+
+def test_field_credit_changes_the_update_of_the_same_rollouts(tmp_path):
+    """The embedded model writes whole M:/E:/B: fields: field credit updates on them, from the same samples."""
+    base = train.TrainConfig(data="embedded", steps=1, batch_size=2, group_size=4, p_fraction=1.0, eval_every=0,
+                             checkpoint_every=1, processes=1, tensorboard=False, threads=1, seed=3)
+    runs = {credit: train.main(replace(base, out=str(tmp_path / credit)), grpo.GRPOConfig(credit=credit))
+            for credit in grpo.CREDITS}
+    logged = {credit: records(run)[0] for credit, run in runs.items()}
+    assert logged["field"]["reward/mean"] == logged["sequence"]["reward/mean"]  # the same rollouts
+    assert logged["field"]["frac_zero_std"] < 1.0
+    field, sequence = weights(runs["field"]), weights(runs["sequence"])
+    assert any(not torch.equal(field[k], sequence[k]) for k in field)
 
 
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
@@ -545,14 +559,15 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("zero_std,chunk,anchor,mode", [("keep", 2, 0, "loss"), ("keep", 4, 0, "loss"),
-                                                        ("resample", 2, 0, "loss"), ("keep", 2, 3, "loss"),
-                                                        ("keep", 2, 3, "project")],
-                         ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1",
-                              "projected anchor"])
-def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor, mode):
+@pytest.mark.parametrize("zero_std,chunk,anchor,mode,credit", [
+    ("keep", 2, 0, "loss", "sequence"), ("keep", 4, 0, "loss", "sequence"), ("resample", 2, 0, "loss", "sequence"),
+    ("keep", 2, 3, "loss", "sequence"), ("keep", 2, 3, "project", "sequence"), ("keep", 2, 0, "loss", "field")],
+    ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1", "projected anchor",
+         "field credit"])
+def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor, mode,
+                                                           credit):
     model_dir, data = tiny_run_inputs
-    gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01)
+    gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01, credit=credit)
     cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
                       rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", anchor_mode=mode,
                       device="cpu")  # gloo, on any host

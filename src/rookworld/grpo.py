@@ -9,6 +9,7 @@ Per loss token t of sequence i (the mask after optional truncation masking):
 
     r_it   = exp(logp_it - old_logp_it)                   ratio to the SAMPLING policy (not the reference)
     pg_it  = -min(r_it * A_i, clip(r_it, 1 - eps_low, 1 + eps_high) * A_i)
+                                                          (A_it in place of A_i under credit 'field')
     kl_it  = k3: exp(ref - logp) - (ref - logp) - 1       sampled-token estimates of KL(pi || pi_ref)
              k1: logp - ref
              full: the exact full-vocabulary KL at that position, computed elsewhere (model.token_logprobs):
@@ -37,6 +38,7 @@ from typing import Any
 import torch
 
 BASELINES = ("group", "rloo", "ema")
+CREDITS = ("sequence", "field")
 STD_SCALINGS = ("group", "batch", "none")
 AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
 KL_ESTIMATORS = ("k3", "k1", "full")
@@ -59,6 +61,10 @@ class GRPOConfig:
         "help": "advantages are divided by max(std, std_floor); one constant for the whole run"})
     adv_clip: float | None = field(default=None, metadata={
         "help": "clip advantages to [-adv_clip, adv_clip] after scaling (unset: no clipping)"})
+    credit: str = field(default="sequence", metadata={
+        "help": "what a P completion's tokens are credited with: 'sequence' (every token the completion's "
+                "advantage) or 'field' (the tokens of the M:, E: and B: fields each the group-relative advantage "
+                "of their own reward component with format: see credit.py); A completions always 'sequence'"})
     aggregation: str = field(default="dapo", metadata={
         "help": "how token losses become one number: grpo, bnpo, dapo or dr_grpo (see grpo.py)"})
     eps_low: float = field(default=0.2, metadata={
@@ -105,6 +111,10 @@ class GRPOConfig:
             (self.std_floor > 0, f"std_floor must be > 0 so that equal rewards cannot divide by zero, "
                                  f"got {self.std_floor}"),
             (self.adv_clip is None or self.adv_clip > 0, f"adv_clip must be > 0 (or unset), got {self.adv_clip}"),
+            (self.credit in CREDITS, f"credit must be one of {CREDITS}, got {self.credit!r}"),
+            (self.credit == "sequence" or self.baseline != "ema",
+             "credit 'field' needs a group baseline ('group' or 'rloo'): the 'ema' baseline averages whole "
+             "rewards, not each field's"),
             (self.aggregation in AGGREGATIONS, f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}"),
             (0 <= self.eps_low < 1, f"eps_low must be in [0, 1) so that the lower clip bound 1 - eps_low stays "
                                     f"positive, got {self.eps_low}"),
@@ -282,10 +292,10 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
     logp (N, T): current policy's log-probs of the sampled ids, with grad. old_logp (N, T): the sampling
     policy's (detached here; pass logp.detach() when each batch is used once: ratio 1, gradient -A/denom).
     ref_logp (N, T) for k1/k3, or kl_per_token (N, T) for 'full' (with grad, from the model code); both may
-    be None when beta == 0. adv (N,). mask (N, T): completion tokens. beta: this step's coefficient
-    (BetaController.beta; default cfg.beta). entropy (N, T): per-token entropy with grad, needed when
-    cfg.entropy_coef > 0. truncated (N,) bool: used when cfg.mask_truncated. normalizer: see
-    `global_normalizer`. max_completion_length: dr_grpo's L_max when no normalizer is given.
+    be None when beta == 0. adv (N,) per sequence or (N, T) per token (credit 'field'). mask (N, T): completion
+    tokens. beta: this step's coefficient (BetaController.beta; default cfg.beta). entropy (N, T): per-token
+    entropy with grad, needed when cfg.entropy_coef > 0. truncated (N,) bool: used when cfg.mask_truncated.
+    normalizer: see `global_normalizer`. max_completion_length: dr_grpo's L_max when no normalizer is given.
 
     Stats (floats). This call's terms -- with a global normalizer they sum over micro-batches to the step's:
       `loss` = `pg_loss` + `kl_loss` + `entropy_loss`, `kl_loss` = beta * aggregated KL,
@@ -296,7 +306,8 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
       `kl/mean` (only with a KL input), `entropy` (only with `entropy`), `ratio/mean`, `ratio/max` (the max),
       `clip_frac` = `clip_frac/low` + `clip_frac/high`: tokens whose gradient the clip removes
       (r < 1 - eps_low with A < 0; r > 1 + eps_high with A > 0).
-    Over the N advantages: `adv/mean`, `adv/std` (population std), `adv/abs_max`.
+    Over the N advantages (per-token advantages: over the loss tokens): `adv/mean`, `adv/std` (population
+    std), `adv/abs_max`.
     """
     beta = cfg.beta if beta is None else beta
     shape = tuple(logp.shape)
@@ -305,8 +316,9 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
     for name, tensor in named.items():
         if tensor is not None and tuple(tensor.shape) != shape:
             raise ValueError(f"{name} must have logp's shape {shape}, got {tuple(tensor.shape)}")
-    if tuple(adv.shape) != shape[:1]:
-        raise ValueError(f"adv must be (N,) = {shape[:1]}, got {tuple(adv.shape)}")
+    if tuple(adv.shape) not in (shape[:1], shape):
+        raise ValueError(f"adv must be (N,) = {shape[:1]} per sequence or logp's shape {shape} per token, "
+                         f"got {tuple(adv.shape)}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
     needed, unused = ("kl_per_token", ref_logp) if cfg.kl_estimator == "full" else ("ref_logp", kl_per_token)
@@ -335,7 +347,8 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
         return x.sum() / denom
 
     logp = masked(logp)
-    adv_col = adv.float().detach()[:, None]  # (N, 1)
+    adv_col = adv.float().detach()  # (N, T) per token, or (N, 1) per sequence
+    adv_col = adv_col if adv_col.dim() == 2 else adv_col[:, None]
     ratio = torch.exp(logp - masked(old_logp.detach()))  # (N, T); 1 outside the mask
     clipped = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # (N, T)
     pg = masked(-torch.minimum(ratio * adv_col, clipped * adv_col))  # (N, T)
@@ -370,7 +383,7 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
 
         clip_low = (ratio < 1 - cfg.eps_low) & (adv_col < 0)  # (N, T)
         clip_high = (ratio > 1 + cfg.eps_high) & (adv_col > 0)  # (N, T)
-        adv = adv.float()
+        adv = adv.float() if adv.dim() == 1 else adv.float()[keep]  # per sequence, or per loss token
         scalars = {
             "loss": total,
             "pg_loss": pg_loss,

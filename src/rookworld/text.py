@@ -128,6 +128,13 @@ def _find_markers(text: str) -> dict[str, int]:
     return found
 
 
+def p_field_starts(completion: str) -> tuple[int, ...] | None:
+    """Where the M:, E: and B: fields of a P completion start (character offsets), or None unless all three
+    are there, in that order."""
+    found = _find_markers(completion)
+    return tuple(found.values()) if len(found) == len(P_MARKERS) else None
+
+
 def _field_tokens(text: str, limit: int) -> tuple[list[str], bool]:
     """At most `limit` whitespace-separated tokens, and whether more text follows (bounded work)."""
     tokens = text.split(None, limit)

@@ -13,6 +13,8 @@ instead, which is most of its gain on P lines.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -67,6 +69,16 @@ class Tokenizer:
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
         return self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
+
+    def token_starts(self, ids: Sequence[int]) -> list[int]:
+        """Where each token of `ids` starts in `decode(ids)`, in bytes: the character offsets when the text is
+        ASCII. Byte-level BPE decodes a sequence to the concatenation of its tokens' bytes."""
+        return list(itertools.accumulate((self._token_bytes[i] for i in ids[:-1]), initial=0)) if ids else []
+
+    @functools.cached_property
+    def _token_bytes(self) -> list[int]:
+        # each character of a byte-level token stands for one byte; special tokens decode to their own text
+        return [len(self.backend.id_to_token(i) or "") for i in range(self.vocab_size)]
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:

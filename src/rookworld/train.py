@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rookworld import checkpoint, grpo, training
+from rookworld import checkpoint, credit, grpo, training
 from rookworld.data.batches import A_CASES
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
@@ -406,6 +406,33 @@ def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: Train
     return [i for i, g in enumerate(groups) if g is not None and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
 
 
+def group_advantages(groups: list[Group | None], rows: list[int], summaries: list[GroupSummary],
+                     adv: grpo.Advantages, gcfg: grpo.GRPOConfig, p_weights: dict[str, float], tokenizer,
+                     device: torch.device) -> list[torch.Tensor]:
+    """The advantages of the groups `rows` for the loss: (G,) per completion, or under credit 'field' (G, T) per
+    token in the group's sequence columns (see credit.py), each field's from every group's field rewards."""
+    if gcfg.credit == "sequence":
+        return [adv.values[i].to(device) for i in rows]
+
+    def rewards_of(f: int) -> torch.Tensor:  # (B, G): field f's reward of P completions, A's whole reward
+        return torch.tensor([[credit.field_rewards(c, p_weights)[f] for c in s.components] if s.task == "P"
+                             else s.rewards for s in summaries])
+
+    fields = torch.stack([grpo.advantages(rewards_of(f), gcfg).values for f in range(len(credit.FIELD_COMPONENTS))])
+    out = []
+    for i in rows:
+        g = groups[i]
+        sequences, mask = g.sequences.cpu(), g.completion_mask.cpu()
+        tokens = adv.values[i][:, None].repeat(1, sequences.shape[1])  # (G, T): the sequence's advantage
+        for j, completion in enumerate(g.completions if g.sample.task == "P" else []):
+            cols = mask[j].nonzero().squeeze(1)
+            owner = credit.token_fields(completion, tokenizer.token_starts(sequences[j, cols].tolist()))
+            if owner is not None:
+                tokens[j, cols] = fields[owner, i, j]
+        out.append(tokens.to(device))
+    return out
+
+
 # ---------------------------------------------------------------- update
 
 
@@ -430,7 +457,7 @@ class Batch:
     completion_mask: torch.Tensor  # (N, T) True at completion tokens: a prefix of each row
     logprobs: torch.Tensor         # (N, T) sampling log-probs: the old policy of the PPO ratio
     finished: torch.Tensor         # (N,)
-    advantages: torch.Tensor       # (N,)
+    advantages: torch.Tensor       # (N,) per completion, or (N, T) per token (credit 'field')
     temperature: torch.Tensor      # (N,) each row's sampling temperature
 
     @classmethod
@@ -443,9 +470,12 @@ class Batch:
                                torch.cat([torch.full((len(g.completions),), i, device=device)
                                           for i, g in enumerate(groups)]))
         temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
+        per_token = advantages[0].dim() == 2
         return cls(shared, *(_pad_cat([getattr(g, name)[:, start:] for g, start in zip(groups, starts)], fill)
                              for name, fill in (("sequences", 0), ("completion_mask", False), ("logprobs", 0.0))),
-                   torch.cat([g.finished for g in groups]), torch.cat(advantages), temperature)
+                   torch.cat([g.finished for g in groups]),
+                   _pad_cat([a[:, start:] for a, start in zip(advantages, starts)], 0.0) if per_token
+                   else torch.cat(advantages), temperature)
 
     def select(self, rows: torch.Tensor) -> Batch:
         """The batch of rows `rows` (in that order) with only their prompts, both cut after their longest row."""
@@ -453,8 +483,10 @@ class Batch:
         lengths = self.prompts.lengths[used]
         width = int(self.completion_mask[rows].sum(1).max())
         prompts = SharedPrompts(self.prompts.ids[used, :int(lengths.max())], lengths, inverse)
+        advantages = self.advantages[rows]
         return Batch(prompts, self.completions[rows, :width], self.completion_mask[rows, :width],
-                     self.logprobs[rows, :width], self.finished[rows], self.advantages[rows], self.temperature[rows])
+                     self.logprobs[rows, :width], self.finished[rows],
+                     advantages[:, :width] if advantages.dim() == 2 else advantages, self.temperature[rows])
 
     def micro_batches(self, size: int, by_length: bool = False):
         """Batches of `size` rows at a time, in batch order, or with by_length groups longest completion
@@ -841,7 +873,9 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                                 weights_at(rcfg, state.step).items() for name, w in weights.items()})
             beta = beta_ctl.beta
             t1 = time.perf_counter()
-            batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
+            batch = Batch.of([groups[i] for i in learn], group_advantages(
+                groups, learn, summaries, adv, gcfg, weights_at(rcfg, state.step)["P"], tokenizer, device)) \
+                if learn else None
             # every rank draws the same rows and learns its share of them, as the batch's groups
             anchor = (Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device)
                       if anchor_sampler is not None else None)
