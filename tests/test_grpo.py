@@ -99,6 +99,18 @@ def test_no_std_scaling_keeps_the_centred_rewards():
     assert torch.allclose(out.values, torch.tensor([[0.5, -0.5, 0.0]]))
 
 
+@pytest.mark.parametrize("std_scaling", ["group", "batch"])
+def test_a_wider_spread_of_other_rewards_bounds_the_scale(std_scaling):
+    # field credit: a field whose rewards barely differ is divided by the whole rewards' std, not blown up
+    small, whole = torch.tensor([[0.0, 0.01], [0.5, 0.5]]), torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    out = grpo.advantages(small, cfg(std_scaling=std_scaling), spread_of=whole)
+    assert torch.allclose(out.values, torch.tensor([[-0.005, 0.005], [0.0, 0.0]]) / whole.std(**(
+        {"dim": 1, "keepdim": True} if std_scaling == "group" else {})))
+    assert out.zero_std.tolist() == [False, True]
+    wide = grpo.advantages(whole, cfg(std_scaling=std_scaling), spread_of=small)  # a narrower one: no effect
+    assert torch.equal(wide.values, grpo.advantages(whole, cfg(std_scaling=std_scaling)).values)
+
+
 def test_std_floor_bounds_tiny_groups():
     # std of [0, 1e-6] = 7.07e-7 < floor 1e-4 -> A = +-5e-7 / 1e-4 = +-0.005 (not +-0.707)
     out = grpo.advantages(torch.tensor([[0.0, 1e-6]]), cfg(std_floor=1e-4))

@@ -159,7 +159,8 @@ class Advantages:
     frac_zero_std: float
 
 
-def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None) -> Advantages:
+def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None,
+               spread_of: torch.Tensor | None = None) -> Advantages:
     """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip.
 
     b_ij by cfg.baseline: 'group' the mean of the group's G rewards; 'rloo' the mean of the other G-1
@@ -168,6 +169,8 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
     ('batch'), or 1 ('none'). Groups whose G rewards are all equal are returned in `zero_std` so the
     trainer can drop or resample them (dynamic sampling); they get exactly 0 (float rounding of their
     mean cannot leak in), except under an 'ema' baseline without the group std, where R - b is a signal.
+    `spread_of` (B, G): other rewards whose std the divisor is at least (field credit: a field's advantage is
+    never scaled up beyond its whole reward's, so a field with a tiny spread is not blown up to unit size).
     """
     if rewards.dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (B, G) with G >= 2 completions per prompt for a group baseline, "
@@ -184,10 +187,12 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
         centered = rewards - rewards.mean(dim=1, keepdim=True)  # (B, G)
         if cfg.baseline == "rloo":
             centered = centered * (G / (G - 1))
-    if cfg.std_scaling == "group":
-        centered = centered / rewards.std(dim=1, keepdim=True).clamp(min=cfg.std_floor)
-    elif cfg.std_scaling == "batch":
-        centered = centered / rewards.std().clamp(min=cfg.std_floor)
+    if cfg.std_scaling != "none":
+        over = {"dim": 1, "keepdim": True} if cfg.std_scaling == "group" else {}
+        std = rewards.std(**over)
+        if spread_of is not None:
+            std = torch.maximum(std, spread_of.float().std(**over))
+        centered = centered / std.clamp(min=cfg.std_floor)
     if cfg.adv_clip is not None:
         centered = centered.clamp(-cfg.adv_clip, cfg.adv_clip)
     if cfg.baseline != "ema" or cfg.std_scaling == "group":

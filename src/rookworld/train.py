@@ -410,7 +410,8 @@ def group_advantages(groups: list[Group | None], rows: list[int], summaries: lis
                      adv: grpo.Advantages, gcfg: grpo.GRPOConfig, p_weights: dict[str, float], tokenizer,
                      device: torch.device) -> list[torch.Tensor]:
     """The advantages of the groups `rows` for the loss: (G,) per completion, or under credit 'field' (G, T) per
-    token in the group's sequence columns (see credit.py), each field's from every group's field rewards."""
+    token in the group's sequence columns (see credit.py), each field's from every group's field rewards, divided
+    by at least the whole rewards' std."""
     if gcfg.credit == "sequence":
         return [adv.values[i].to(device) for i in rows]
 
@@ -418,7 +419,9 @@ def group_advantages(groups: list[Group | None], rows: list[int], summaries: lis
         return torch.tensor([[credit.field_rewards(c, p_weights)[f] for c in s.components] if s.task == "P"
                              else s.rewards for s in summaries])
 
-    fields = torch.stack([grpo.advantages(rewards_of(f), gcfg).values for f in range(len(credit.FIELD_COMPONENTS))])
+    whole = torch.tensor([s.rewards for s in summaries])  # (B, G)
+    fields = torch.stack([grpo.advantages(rewards_of(f), gcfg, spread_of=whole).values
+                          for f in range(len(credit.FIELD_COMPONENTS))])
     out = []
     for i in rows:
         g = groups[i]
