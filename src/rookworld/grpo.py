@@ -64,7 +64,7 @@ class GRPOConfig:
     credit: str = field(default="sequence", metadata={
         "help": "what a P completion's tokens are credited with: 'sequence' (every token the completion's "
                 "advantage) or 'field' (the tokens of the M:, E: and B: fields each the group-relative advantage "
-                "of their own reward component with format: see credit.py); A completions always 'sequence'"})
+                "of their own reward component with format; docs/grpo.md); A completions always 'sequence'"})
     aggregation: str = field(default="dapo", metadata={
         "help": "how token losses become one number: grpo, bnpo, dapo or dr_grpo (see grpo.py)"})
     eps_low: float = field(default=0.2, metadata={
