@@ -77,19 +77,16 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
         groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg)
         adv = step_advantages(summaries, gcfg, make_baseline(gcfg))  # a run's first step
         learn = learning_groups(groups, adv, cfg)
-        weights = weights_at(rcfg or RewardConfig(), 0)["P"]
-
-        def advantages_of(rows: list[int]) -> list[torch.Tensor]:
-            return group_advantages(groups, rows, summaries, adv, gcfg, weights, tokenizer, device)
-
-        every = Batch.of(groups, advantages_of(list(range(len(groups)))))
+        advantages = group_advantages(groups, list(range(len(groups))), summaries, adv, gcfg,
+                                      weights_at(rcfg or RewardConfig(), 0)["P"], tokenizer, device)
+        every = Batch.of(groups, advantages)
         terms = per_sequence_terms(policy, reference, every, gcfg, beta)
         # the step's prompts after resampling, sampled on the same random streams before and after the update
         final = [g.sample for g in groups]
         before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {},
                                                          rcfg)
         policy.train()
-        batch = Batch.of([groups[i] for i in learn], advantages_of(learn)) if learn else None
+        batch = Batch.of([groups[i] for i in learn], [advantages[i] for i in learn]) if learn else None
         anchor_sampler = make_anchor_sampler(cfg, train_samples)
         anchor = Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device) if anchor_sampler else None
         update = policy_update(policy, reference, training.make_optimizer(policy, cfg), batch, gcfg, cfg, beta,

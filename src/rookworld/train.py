@@ -414,14 +414,12 @@ def group_advantages(groups: list[Group | None], rows: list[int], summaries: lis
     by at least the whole rewards' std."""
     if gcfg.credit == "sequence":
         return [adv.values[i].to(device) for i in rows]
-
-    def rewards_of(f: int) -> torch.Tensor:  # (B, G): field f's reward of P completions, A's whole reward
-        return torch.tensor([[credit.field_rewards(c, p_weights)[f] for c in s.components] if s.task == "P"
-                             else s.rewards for s in summaries])
-
     whole = torch.tensor([s.rewards for s in summaries])  # (B, G)
-    fields = torch.stack([grpo.advantages(rewards_of(f), gcfg, spread_of=whole).values
-                          for f in range(len(credit.FIELD_COMPONENTS))])
+    per_field = torch.tensor([[credit.field_rewards(c, p_weights) for c in s.components] if s.task == "P"
+                              else [[r] * len(credit.FIELD_COMPONENTS) for r in s.rewards]
+                              for s in summaries])  # (B, G, F): each field's reward of P completions, A's whole
+    fields = torch.stack([grpo.advantages(per_field[..., f], gcfg, spread_of=whole).values
+                          for f in range(len(credit.FIELD_COMPONENTS))])  # (F, B, G)
     out = []
     for i in rows:
         g = groups[i]
