@@ -315,6 +315,29 @@ def test_p_reward_falls_as_candidates_leave_the_top5(prompt, analysis):
     assert strictly_decreasing(scores)
 
 
+def test_p_format_count_costs_a_list_of_the_wrong_length_one_format_error():
+    moves, evals = list(ANALYSIS.moves), list(ANALYSIS.evals)
+    kings = Analysis("7k/8/8/8/8/8/8/K7 w - - 0 1", ("a1b2", "a1a2", "a1b1"), (0.0, 0.0, 0.0), "test")
+    cases = {  # (prompt, completion, analysis)
+        "exact": (PROMPT, completion(moves, evals, moves[0]), ANALYSIS),
+        "3 of 5": (PROMPT, completion(moves[:3], evals[:3], moves[0]), ANALYSIS),
+        "6 of 5": (PROMPT, completion(moves + outside_moves(ANALYSIS)[:1], evals + [0.0], moves[0]), ANALYSIS),
+        "3 of 3": (text.p_prompt(kings.fen), completion(kings.moves, kings.evals, "a1b2"), kings),
+        "5 of 3": (text.p_prompt(kings.fen), completion([*kings.moves, "a1c3", "a1a3"], [0.0] * 5, "a1b2"), kings),
+    }
+
+    def format_credit(config: RewardConfig) -> dict[str, float]:
+        return {name: rewards.score_p(*case, config=config).components["format"] for name, case in cases.items()}
+
+    # the parser itself flags a sixth move (and its eval); a short list, or five where fewer exist, it accepts
+    assert format_credit(RewardConfig()) == {"exact": 1.0, "3 of 5": 1.0, "6 of 5": 0.0, "3 of 3": 1.0, "5 of 3": 1.0}
+    assert format_credit(RewardConfig(p_format_count=True)) == {
+        "exact": 1.0, "3 of 5": 0.5, "6 of 5": 0.0, "3 of 3": 1.0, "5 of 3": 0.5}
+    short = cases["3 of 5"]
+    assert (rewards.score_p(*short, config=RewardConfig(p_format_count=True)).reward
+            == pytest.approx(rewards.score_p(*short).reward - 0.5 * RewardConfig().p_format_weight))
+
+
 def corrupt_fen(fen: str, step: int) -> str:
     """The first `step` corruptions of a FEN, each in a different field or square."""
     placement, side, castling, ep, half, full = fen.split(" ")

@@ -18,7 +18,7 @@ TRAIN: dict[str, list[str]] = {
     "GRPO loss": ["aggregation", "baseline", "ema_momentum", "std_scaling", "credit", "eps_low", "eps_high",
                   "mask_truncated", "std_floor", "adv_clip", "entropy_coef"],
     "reward": ["p_best_move_weight", "p_candidates_weight", "p_evals_weight", "p_format_weight", "best_move_shape",
-               "best_move_scale", "best_move_illegal", "reward_warmup_steps", "p_truth"],
+               "best_move_scale", "best_move_illegal", "p_format_count", "reward_warmup_steps", "p_truth"],
     "KL": ["beta", "kl_estimator", "kl_direction", "beta_schedule", "kl_importance_weight", "beta_warmup_steps",
            "beta_ramp_steps", "kl_target", "kl_horizon", "beta_min", "beta_max"],
     "guards (0 turns one off)": ["kl_max", "reward_drop", "lr_backoff", "max_rollbacks"],

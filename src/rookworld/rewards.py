@@ -57,6 +57,9 @@ class RewardConfig:
     best_move_illegal: float | None = field(default=None, metadata={
         "help": "best_move credit of an illegal, unparseable or missing move, below every legal move's (< 0) "
                 f"(default: {DENSE_ILLEGAL} for the dense shapes, -1 for 'rank')"})
+    p_format_count: bool = field(default=False, metadata={
+        "help": "P format credit also counts, as one more error, an M: list whose length is not the stored "
+                "top list's (5 moves, or every legal move when fewer), as the P/format_valid metric does"})
     reward_warmup_steps: int = field(default=0, metadata={
         "help": "training steps over which every task's component weights move linearly from a warm-up "
                 "weighting that favours format and structure to the configured weights (0: off)"})
@@ -294,6 +297,13 @@ def _evals_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
     return 1.0 / (1.0 + (sum(errors) / len(errors)) / EVAL_SCALE_PAWNS)
 
 
+def _p_format_errors(view: _PView, analysis: Analysis, config: RewardConfig) -> Sequence[str]:
+    """The parse errors, and with `p_format_count` a named-move count other than the stored top list's."""
+    if config.p_format_count and len(view.parsed.moves) != len(analysis.moves[:5]):
+        return [*view.parsed.errors, f"{len(view.parsed.moves)} moves named, {len(analysis.moves[:5])} expected"]
+    return view.parsed.errors
+
+
 def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float] | None,
                   config: RewardConfig | None) -> Score:
     extra = extra_evals or {}
@@ -302,7 +312,7 @@ def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
         "best_move": _best_move_credit(view, analysis, extra, config),
         "candidates": _candidates_credit(view, analysis),
         "evals": _evals_credit(view, analysis, extra),
-        "format": _format_credit(view.parsed.errors),
+        "format": _format_credit(_p_format_errors(view, analysis, config)),
     })
 
 
