@@ -54,7 +54,7 @@ class TrainConfig:
     out: str = shared("out", "runs/grpo")
     steps: int = shared("steps", 100)
     seed: int = shared("seed", 0)
-    batch_size: int = field(default=16, metadata={"help": "prompts per step (all ranks together)"})
+    batch_size: int = field(default=32, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
     a_cases: str = field(default="mix", metadata={
