@@ -145,3 +145,17 @@ def test_bad_flags_are_user_errors(tmp_path, capsys):
         ScoreConfig(input="a", output="b", batch_size=0)
     assert score_cli("--input", tmp_path / "a", "--output", tmp_path / "b", "--batch-size", 0) == 2
     assert "batch_size must be >= 1" in capsys.readouterr().err
+
+
+def test_p_format_count_flag_reaches_the_reward(tmp_path):
+    record = stored_p_lines()[0]
+    analysis = Analysis.from_json(record["analysis"])
+    short = f"M: {' '.join(analysis.moves[:3])} E: {' '.join(text.format_eval(e) for e in analysis.evals[:3])} " \
+            f"B: {analysis.moves[0]}"
+    write_jsonl(tmp_path / "in.jsonl", [json.dumps({**record, "completion": short})])
+    formats = {}
+    for flag in ("false", "true"):
+        assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / f"{flag}.jsonl", "--stockfish",
+                         tmp_path / "no-stockfish", "--p-format-count", flag) == 0
+        formats[flag] = read_jsonl(tmp_path / f"{flag}.jsonl")[0]["components"]["format"]
+    assert formats == {"false": 1.0, "true": 0.5}  # three moves named where the analysis has five
