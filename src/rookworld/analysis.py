@@ -54,6 +54,11 @@ class Analysis:
     def best(self) -> str | None:
         return self.moves[0] if self.moves else None
 
+    @property
+    def top5(self) -> tuple[str, ...]:
+        """The moves a P answer's M: list names: the first five (every legal move when fewer)."""
+        return self.moves[:5]
+
     def eval_of(self, move: str) -> float | None:
         try:
             return self.evals[self.moves.index(move)]

@@ -41,7 +41,7 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
     board = p_board(sample.prompt)
     legal_moves = {move.uci() for move in board.legal_moves}
     best = parsed.best
-    top = analysis.moves[:5]
+    top = analysis.top5
     values = {
         "P/format_valid": float(not parsed.errors and best is not None and len(parsed.moves) == len(top)),
         "P/best_move_legal": float(best in legal_moves),

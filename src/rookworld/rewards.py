@@ -299,8 +299,9 @@ def _evals_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
 
 def _p_format_errors(view: _PView, analysis: Analysis, config: RewardConfig) -> Sequence[str]:
     """The parse errors, and with `p_format_count` a named-move count other than the stored top list's."""
-    if config.p_format_count and len(view.parsed.moves) != len(analysis.moves[:5]):
-        return [*view.parsed.errors, f"{len(view.parsed.moves)} moves named, {len(analysis.moves[:5])} expected"]
+    named, expected = len(view.parsed.moves), len(analysis.top5)
+    if config.p_format_count and named != expected:
+        return [*view.parsed.errors, f"{named} moves named, {expected} expected"]
     return view.parsed.errors
 
 
