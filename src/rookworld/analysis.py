@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rookworld.text import MAX_CANDIDATES
+
 MATE_PAWNS = 1000.0  # a mate in n for the side to move is +(1000 - n/100) pawns, as in RookWorld data
 EVAL_CLIP_PAWNS = 10.0  # mates (~±999.9) and won positions compare as ±10 pawns
 # Lichess's win-probability curve: win% = 50 + 50 * (2 / (1 + exp(-0.00368208 * centipawns)) - 1),
@@ -57,7 +59,7 @@ class Analysis:
     @property
     def top5(self) -> tuple[str, ...]:
         """The moves a P answer's M: list names: the first five (every legal move when fewer)."""
-        return self.moves[:5]
+        return self.moves[:MAX_CANDIDATES]
 
     def eval_of(self, move: str) -> float | None:
         try:
