@@ -25,6 +25,7 @@ def p_completion(moves, evals, best):
 def test_exact_p_target_scores_full_marks():
     m = metrics.p_metrics(P, P.target)
     assert m == {"P/format_valid": 1.0, "P/best_move_legal": 1.0, "P/best_move_acc": 1.0, "P/top5_overlap": 1.0,
+                 "P/best_listed": 1.0, "P/best_chosen": 1.0, "P/follows_evals": 1.0,
                  "P/best_move_acc_label": 0.0, "P/eval_mae": 0.0}
 
 
@@ -40,6 +41,24 @@ def test_best_move_outside_top5_and_partial_overlap():
     assert m["P/best_move_legal"] == 1.0 and m["P/best_move_acc"] == 0.0
     assert m["P/top5_overlap"] == pytest.approx(2 / 5)
     assert m["P/eval_mae"] == pytest.approx((0.5 + 1.0) / 2)
+
+
+def test_best_listed_but_not_chosen_against_its_own_highest_eval():
+    m = metrics.p_metrics(P, p_completion(ANALYSIS.moves, ANALYSIS.evals, "d2d4"))
+    assert (m["P/best_listed"], m["P/best_chosen"], m["P/follows_evals"]) == (1.0, 0.0, 0.0)
+
+
+def test_best_not_listed_and_a_choice_that_follows_its_evals():
+    # f1b5 (the engine's best) is missing; h2h3 carries the completion's own highest eval and is chosen.
+    m = metrics.p_metrics(P, p_completion(["d2d4", "h2h3", "a2a3", "g1h1", "b1c3"], [0.1, 0.9, 0.0, -0.2, 0.3], "h2h3"))
+    assert m["P/best_listed"] == 0.0 and m["P/follows_evals"] == 1.0
+    assert "P/best_chosen" not in m  # averaged only over completions that list the best move
+
+
+def test_follows_evals_needs_one_eval_per_move():
+    completion = p_completion(["f1b5", "d2d4"], [0.45, 0.4], "f1b5").replace("0.45 0.4", "0.45")
+    m = metrics.p_metrics(P, completion)
+    assert m["P/best_listed"] == 1.0 and "P/follows_evals" not in m
 
 
 def test_label_accuracy_follows_the_datas_own_b_label():

@@ -48,6 +48,14 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
         "P/best_move_acc": float(best is not None and best == analysis.best),
         "P/top5_overlap": len(set(parsed.moves) & set(top)) / max(1, len(top)),
     }
+    # Where a best move is lost: not among the candidates, or listed and not chosen.
+    listed = analysis.best in parsed.moves
+    values["P/best_listed"] = float(listed)
+    if listed:
+        values["P/best_chosen"] = values["P/best_move_acc"]
+    if parsed.moves and len(parsed.evals) == len(parsed.moves):
+        highest = max(range(len(parsed.moves)), key=lambda i: parsed.evals[i])
+        values["P/follows_evals"] = float(best == parsed.moves[highest])
     label = sample.meta.get("label_best")
     if label is not None:
         values["P/best_move_acc_label"] = float(best == label)
