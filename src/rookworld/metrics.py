@@ -54,8 +54,8 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
     if listed:
         values["P/best_chosen"] = values["P/best_move_acc"]
     if parsed.moves and len(parsed.evals) == len(parsed.moves):
-        highest = max(range(len(parsed.moves)), key=lambda i: parsed.evals[i])
-        values["P/follows_evals"] = float(best == parsed.moves[highest])
+        highest = parsed.moves[parsed.evals.index(max(parsed.evals))]  # the first on a tie
+        values["P/follows_evals"] = float(best == highest)
     label = sample.meta.get("label_best")
     if label is not None:
         values["P/best_move_acc_label"] = float(best == label)
