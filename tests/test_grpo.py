@@ -140,18 +140,20 @@ def test_rloo_subtracts_the_mean_of_the_other_rewards():
     assert torch.allclose(scaled.values[0], torch.tensor([2.0, -2 / 3, -2 / 3, -2 / 3]))
 
 
-def test_ema_baseline_advantages_and_zero_std_groups():
+@pytest.mark.parametrize("outside", grpo.OUTSIDE_BASELINES)
+def test_outside_baseline_advantages_and_zero_std_groups(outside):
+    """'ema' and 'greedy' take each group's baseline from outside its rewards: R - b, over the std."""
     rewards = torch.tensor([[1.0, 0.0], [0.8, 0.8]])
     baseline = torch.tensor([0.25, 0.5])
-    none = grpo.advantages(rewards, cfg(baseline="ema", std_scaling="none"), baseline)
-    # R - b; the equal group keeps its signal: both above their task's average
+    none = grpo.advantages(rewards, cfg(baseline=outside, std_scaling="none"), baseline)
+    # R - b; the equal group keeps its signal: both above their baseline
     assert torch.allclose(none.values, torch.tensor([[0.75, -0.25], [0.3, 0.3]]))
     assert none.zero_std.tolist() == [False, True]
     # group std: (R - b) / std of [1, 0] (0.7071); the equal group has no std and gets 0
-    group = grpo.advantages(rewards, cfg(baseline="ema"), baseline)
+    group = grpo.advantages(rewards, cfg(baseline=outside), baseline)
     assert torch.allclose(group.values, torch.tensor([[0.75 / 0.707107, -0.25 / 0.707107], [0.0, 0.0]]))
-    with pytest.raises(ValueError, match="baseline 'ema' needs each group's baseline value"):
-        grpo.advantages(rewards, cfg(baseline="ema"))
+    with pytest.raises(ValueError, match=f"baseline '{outside}' needs each group's baseline value"):
+        grpo.advantages(rewards, cfg(baseline=outside))
 
 
 def test_ema_baseline_averages_each_task_and_round_trips():
@@ -176,6 +178,7 @@ def test_ema_baseline_averages_each_task_and_round_trips():
     ({"kl_estimator": "full", "kl_direction": "up"}, "kl_direction must be one of"),
     ({"credit": "token"}, "credit must be one of"),
     ({"credit": "field", "baseline": "ema"}, "credit 'field' needs a group baseline"),
+    ({"credit": "field", "baseline": "greedy"}, "the 'greedy' baseline is one whole reward per group"),
 ])
 def test_bad_baseline_and_kl_direction_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):

@@ -88,6 +88,7 @@ LOSS_PATHS = {
     "rloo baseline": ({"baseline": "rloo"}, {}),
     "field credit": ({"credit": "field"}, {}),
     "ema baseline": ({"baseline": "ema", "std_scaling": "batch"}, {}),
+    "greedy baseline": ({"baseline": "greedy"}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
@@ -110,6 +111,41 @@ def test_every_loss_path_takes_a_real_step(tiny_run_inputs, tmp_path, name):
         assert all(r["ratio/mean"] == pytest.approx(1.0, abs=0.1) for r in rows)  # an update, then the ratio moves
     if name == "mask truncated":
         assert all(r["completion/truncated_frac"] < 1.0 for r in rows)  # some completions ended: loss tokens left
+    assert all(("reward/P/greedy" in r or "reward/A/greedy" in r) == (name == "greedy baseline") for r in rows)
+
+
+def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, tmp_path):
+    """--baseline greedy: each group holds the score of its prompt's greedy completion (what eval decodes),
+    the sampled completions are those of the same streams without it, and A = (R - greedy reward) / group std."""
+    from rookworld.generation import generate_groups
+    from rookworld.hub import load_model
+    from rookworld.rewards import score_batch
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run")
+    policy, tokenizer = load_model(model_dir)
+    samples = train.load_data(cfg)[0][::20][:4]
+    limits = {"P": 24, "A": 24}
+    plain = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), {})
+    groups = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), {}, greedy=True)
+    ids = tokenizer.encode_prompts([s.prompt for s in samples])
+    settings = [train.sampling_settings(cfg, limits, s.task) for s in samples]
+    best = tokenizer.decode_batch(generate_groups(policy, ids, 1, settings, tokenizer.eos_id, greedy=True)
+                                  .completions())
+    expected = score_batch([(s.prompt, text, s.analysis) for s, text in zip(samples, best)], None)
+    for g, p, want in zip(groups, plain, expected):
+        assert p.greedy is None and g.greedy == want
+        assert torch.equal(g.sequences, p.sequences) and g.rewards == p.rewards
+    summaries = [train.GroupSummary.of(g) for g in groups]
+    adv = train.step_advantages(summaries, grpo.GRPOConfig(baseline="greedy"), None)
+    for b, g in enumerate(groups):
+        rewards = torch.tensor(g.rewards)
+        if rewards.std() > 0:
+            assert torch.allclose(adv.values[b], (rewards - g.greedy.reward) / rewards.std(), atol=1e-6)
+    metrics = train.step_metrics(summaries, adv)
+    for task in {s.task for s in samples}:
+        mine = [g.greedy.reward for g in groups if g.sample.task == task]
+        assert metrics[f"reward/{task}/greedy"] == pytest.approx(sum(mine) / len(mine))
 
 
 def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, tmp_path):
@@ -162,8 +198,8 @@ def test_chunks_are_scored_on_a_second_thread_with_the_same_rewards(tiny_run_inp
     assert {"time/generate", "time/reward", "time/reward_total"} <= set(timings)
     for c in range(3):
         part = samples[2 * c:2 * c + 2]
-        gen, texts, settings = train.sample_chunk(policy, tokenizer, part, cfg, limits,
-                                                  train.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
+        gen, texts, settings, _ = train.sample_chunk(policy, tokenizer, part, cfg, limits,
+                                                     train.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
         scores, _ = score_chunk(part, texts, cfg, None, None)
         for mine, theirs in zip(groups[2 * c:2 * c + 2], train.chunk_groups(part, gen, texts, settings, scores, 4)):
             assert torch.equal(mine.sequences, theirs.sequences) and mine.rewards == theirs.rewards
@@ -686,11 +722,14 @@ def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_pat
     code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "4",
                      "--group-size", "3", "--max-new-tokens-p", "5", "--max-new-tokens-a", "7", "--processes", "1",
                      "--temperature-p", "0.3", "--temperature-a", "0.3", "--zero-std", "drop", "--json",
-                     str(report_file)])
+                     str(report_file), "--baseline", "greedy"])
     assert code == 0
     prompts = json.loads(report_file.read_text())["prompts"]
     for p in prompts:  # a character-level tokenizer: one character per token
         limit = 5 if p["task"] == "P" else 7
         assert all(len(c["completion"]) <= limit for c in p["completions"])
         assert p["in_loss"] == (not p["zero_std"])  # --zero-std drop keeps zero-std groups out of the loss
+        rewards = torch.tensor([c["reward"] for c in p["completions"]])
+        expected = 0 * rewards if p["zero_std"] else (rewards - p["greedy_reward"]) / rewards.std()
+        assert torch.allclose(torch.tensor([c["advantage"] for c in p["completions"]]), expected, atol=1e-5)
     assert any(p["zero_std"] for p in prompts)

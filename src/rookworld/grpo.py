@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-BASELINES = ("group", "rloo", "ema")
+BASELINES = ("group", "rloo", "ema", "greedy")
+OUTSIDE_BASELINES = ("ema", "greedy")  # given to `advantages` per group, not taken from the group's rewards
 CREDITS = ("sequence", "field")
 STD_SCALINGS = ("group", "batch", "none")
 AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
@@ -51,7 +52,9 @@ ADAPTIVE_ERROR_CLIP = 0.2  # the PPO adaptive KL controller's bound on the propo
 class GRPOConfig:
     baseline: str = field(default="group", metadata={
         "help": "what a reward is compared with: 'group' (the mean of the prompt's G rewards), 'rloo' (the mean "
-                "of the other G-1: leave-one-out) or 'ema' (a per-task moving average of earlier steps' rewards)"})
+                "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards) or "
+                "'greedy' (the reward of the prompt's greedy completion, decoded and scored beside the group: "
+                "ReMax; only samples better than the greedy answer are reinforced)"})
     ema_momentum: float = field(default=0.9, metadata={
         "help": "ema baseline: after each step, ema = m * ema + (1 - m) * the step's mean reward of the task"})
     std_scaling: str = field(default="group", metadata={
@@ -112,9 +115,9 @@ class GRPOConfig:
                                  f"got {self.std_floor}"),
             (self.adv_clip is None or self.adv_clip > 0, f"adv_clip must be > 0 (or unset), got {self.adv_clip}"),
             (self.credit in CREDITS, f"credit must be one of {CREDITS}, got {self.credit!r}"),
-            (self.credit == "sequence" or self.baseline != "ema",
-             "credit 'field' needs a group baseline ('group' or 'rloo'): the 'ema' baseline averages whole "
-             "rewards, not each field's"),
+            (self.credit == "sequence" or self.baseline not in OUTSIDE_BASELINES,
+             f"credit 'field' needs a group baseline ('group' or 'rloo'): the {self.baseline!r} baseline is one "
+             f"whole reward per group, not one per field"),
             (self.aggregation in AGGREGATIONS, f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}"),
             (0 <= self.eps_low < 1, f"eps_low must be in [0, 1) so that the lower clip bound 1 - eps_low stays "
                                     f"positive, got {self.eps_low}"),
@@ -164,11 +167,12 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
     """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip.
 
     b_ij by cfg.baseline: 'group' the mean of the group's G rewards; 'rloo' the mean of the other G-1
-    (= G/(G-1) times the group-centred reward); 'ema' `baseline` (B,), each group's value of an
-    `EMABaseline`. std is the (unbiased) std of the group's rewards ('group'), of all B*G rewards
-    ('batch'), or 1 ('none'). Groups whose G rewards are all equal are returned in `zero_std` so the
-    trainer can drop or resample them (dynamic sampling); they get exactly 0 (float rounding of their
-    mean cannot leak in), except under an 'ema' baseline without the group std, where R - b is a signal.
+    (= G/(G-1) times the group-centred reward); 'ema' and 'greedy' `baseline` (B,): each group's value of an
+    `EMABaseline`, or the reward of the prompt's greedy completion. std is the (unbiased) std of the group's
+    rewards ('group'), of all B*G rewards ('batch'), or 1 ('none'). Groups whose G rewards are all equal are
+    returned in `zero_std` so the trainer can drop or resample them (dynamic sampling); they get exactly 0
+    (float rounding of their mean cannot leak in), except under an outside baseline without the group std,
+    where R - b is a signal.
     `spread_of` (B, G): other rewards whose std the divisor is at least (field credit: a field's advantage is
     never scaled up beyond its whole reward's, so a field with a tiny spread is not blown up to unit size).
     """
@@ -178,9 +182,10 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
     rewards = rewards.float()
     B, G = rewards.shape
     zero_std = (rewards == rewards[:, :1]).all(dim=1)  # (B,)
-    if cfg.baseline == "ema":
+    outside = cfg.baseline in OUTSIDE_BASELINES
+    if outside:
         if baseline is None or tuple(baseline.shape) != (B,):
-            raise ValueError(f"baseline 'ema' needs each group's baseline value, (B,) = ({B},), got "
+            raise ValueError(f"baseline {cfg.baseline!r} needs each group's baseline value, (B,) = ({B},), got "
                              f"{None if baseline is None else tuple(baseline.shape)}")
         centered = rewards - baseline.float()[:, None]  # (B, G)
     else:
@@ -195,7 +200,7 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
         centered = centered / std.clamp(min=cfg.std_floor)
     if cfg.adv_clip is not None:
         centered = centered.clamp(-cfg.adv_clip, cfg.adv_clip)
-    if cfg.baseline != "ema" or cfg.std_scaling == "group":
+    if not outside or cfg.std_scaling == "group":
         centered = centered.masked_fill(zero_std[:, None], 0.0)  # (B, G)
     return Advantages(values=centered, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
 

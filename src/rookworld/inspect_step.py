@@ -74,7 +74,9 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     beta = grpo.BetaController(gcfg).beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg)
+        greedy = gcfg.baseline == "greedy"
+        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg,
+                                    greedy=greedy)
         adv = step_advantages(summaries, gcfg, make_baseline(gcfg))  # a run's first step
         learn = learning_groups(groups, adv, cfg)
         advantages = group_advantages(groups, list(range(len(groups))), summaries, adv, gcfg,
@@ -98,6 +100,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     for b, group in enumerate(groups):
         prompts.append({"task": group.sample.task, "prompt": group.sample.prompt, "target": group.sample.target,
                         "zero_std": bool(adv.zero_std[b]), "in_loss": b in learn,
+                        **({} if group.greedy is None else {"greedy_reward": group.greedy.reward}),
                         "completions": [{"completion": c, "reward": r, "components": comp,
                                          "advantage": float(adv.values[b, j]), **terms[b * G + j]}
                                         for j, (c, r, comp) in enumerate(zip(group.completions, group.rewards,
@@ -115,7 +118,8 @@ def print_report(report: dict) -> None:
     for i, p in enumerate(report["prompts"]):
         table = Table("completion", "reward", "adv", "pg", "kl", "entropy", "components",
                       title=f"[{i}] {p['task']}  {p['prompt']}" + ("  (zero std)" if p["zero_std"] else "")
-                      + ("" if p["in_loss"] else "  (not in the loss)"),
+                      + ("" if p["in_loss"] else "  (not in the loss)")
+                      + (f"  (greedy reward {p['greedy_reward']:.3f})" if "greedy_reward" in p else ""),
                       title_justify="left")
         for c in p["completions"]:
             table.add_row(repr(c["completion"][:70]), f"{c['reward']:.3f}", f"{c['advantage']:+.3f}",

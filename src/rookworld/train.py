@@ -232,6 +232,7 @@ class Group:
     rewards: list[float]
     components: list[dict[str, float]]
     temperature: float            # of the distribution that sampled it: log-probs are taken at it
+    greedy: Score | None = None   # the prompt's greedy completion's score (the 'greedy' baseline only)
 
 
 @dataclass
@@ -244,11 +245,12 @@ class GroupSummary:
     components: list[dict[str, float]]
     lengths: list[int]
     truncated: list[bool]
+    greedy_reward: float | None = None
 
     @classmethod
     def of(cls, g: Group) -> GroupSummary:
         return cls(g.sample.task, g.rewards, g.components, g.completion_mask.sum(1).tolist(),
-                   (~g.finished).tolist())
+                   (~g.finished).tolist(), None if g.greedy is None else g.greedy.reward)
 
     @property
     def zero_std(self) -> bool:
@@ -278,44 +280,54 @@ def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> Sa
 
 @torch.no_grad()
 def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
-                 generator: torch.Generator,
-                 decoder: FastDecoder | None = None) -> tuple[Generation, list[str], list[SamplingSettings]]:
+                 generator: torch.Generator, decoder: FastDecoder | None = None,
+                 greedy: bool = False) -> tuple[Generation, list[str], list[SamplingSettings], list[str]]:
     """G completions of each prompt of one chunk (by `decoder`, the CUDA fast path, when given): the
-    generation, its texts and each prompt's sampling settings."""
+    generation, its texts, each prompt's sampling settings and, with `greedy`, each prompt's greedy
+    completion (else [])."""
     ids = tokenizer.encode_prompts([s.prompt for s in samples])
     settings = [sampling_settings(cfg, limits, s.task) for s in samples]
     runner, step = decoding(policy, decoder)
     gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
                           decode_step=step)
-    return gen, tokenizer.decode_batch(gen.completions()), settings
+    best = tokenizer.decode_batch(generate_groups(runner, ids, 1, settings, eos_id=tokenizer.eos_id, greedy=True,
+                                                  decode_step=step).completions()) if greedy else []
+    return gen, tokenizer.decode_batch(gen.completions()), settings, best
 
 
-def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool,
-                rcfg: RewardConfig | None) -> tuple[list[Score], float]:
-    """The rewards of one chunk's completions (texts[i] answers samples[i // G]) and the seconds they took."""
+def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool, rcfg: RewardConfig | None,
+                greedy_texts: list[str] = ()) -> tuple[list[Score], float]:
+    """The rewards of one chunk's completions (texts[i] answers samples[i // G]), then of its greedy ones
+    (greedy_texts[b] answers samples[b]), and the seconds they took."""
     t0 = time.perf_counter()
     G = cfg.group_size
     truth = [s.analysis if cfg.p_truth == "stored" else None for s in samples]  # None: score_batch searches it
-    scores = score_batch([(samples[i // G].prompt, text, truth[i // G]) for i, text in enumerate(texts)],
-                         pool if cfg.engine_rewards else None, rcfg)
+    items = [(samples[i // G].prompt, text, truth[i // G]) for i, text in enumerate(texts)]
+    items += [(sample.prompt, text, t) for sample, text, t in zip(samples, greedy_texts, truth)]
+    scores = score_batch(items, pool if cfg.engine_rewards else None, rcfg)
     return scores, time.perf_counter() - t0
 
 
 def chunk_groups(samples: list[Sample], gen: Generation, texts: list[str], settings: list[SamplingSettings],
                  scores: list[Score], G: int) -> list[Group]:
+    """The chunk's groups from `score_chunk`'s scores: G per prompt, then one greedy score per prompt if any."""
+    greedy = scores[len(samples) * G:]
     groups = []
     for b, sample in enumerate(samples):
         rows = slice(b * G, (b + 1) * G)
         groups.append(Group(sample, gen.sequences[rows], gen.attention_mask[rows], gen.completion_mask[rows],
                             gen.logprobs[rows], gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
-                            [s.components for s in scores[rows]], settings[b].temperature))
+                            [s.components for s in scores[rows]], settings[b].temperature,
+                            greedy[b] if greedy else None))
     return groups
 
 
 def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
             first_chunk: int, pool, d: Dist, timings: dict[str, float],
-            rcfg: RewardConfig | None = None, decoder: FastDecoder | None = None) -> list[Group | None]:
+            rcfg: RewardConfig | None = None, decoder: FastDecoder | None = None,
+            greedy: bool = False) -> list[Group | None]:
     """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None.
+    With `greedy`, each group also holds the score of its prompt's greedy completion (the 'greedy' baseline).
 
     A chunk is scored on a second thread while the next one is sampled (Stockfish works in its own
     processes meanwhile): `time/reward` is the wait for scores after the last chunk is sampled, the part
@@ -333,11 +345,11 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
                 continue
             part = samples[start:start + size]
             t0 = time.perf_counter()
-            gen, texts, settings = sample_chunk(policy, tokenizer, part, cfg, limits,
-                                                chunk_generator(cfg.seed, step, chunk, device), decoder)
+            gen, texts, settings, greedy_texts = sample_chunk(
+                policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device), decoder, greedy)
             _add_time(timings, "time/generate", time.perf_counter() - t0)
             pending.append((start, part, gen, texts, settings, scorer.submit(score_chunk, part, texts, cfg, pool,
-                                                                             rcfg)))
+                                                                             rcfg, greedy_texts)))
         for start, part, gen, texts, settings, future in pending:
             t0 = time.perf_counter()
             scores, seconds = future.result()
@@ -345,7 +357,10 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             _add_time(timings, "time/reward_total", seconds)
             made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
             if warmup:  # the reward warm-up: the same components under the step's weights
-                made = [replace(g, rewards=[reweigh(c, warmup[g.sample.task]) for c in g.components]) for g in made]
+                made = [replace(g, rewards=[reweigh(c, warmup[g.sample.task]) for c in g.components],
+                                greedy=g.greedy and replace(g.greedy, reward=reweigh(g.greedy.components,
+                                                                                     warmup[g.sample.task])))
+                        for g in made]
             groups[start:start + len(part)] = made
     return groups
 
@@ -365,11 +380,11 @@ def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
 
 def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
             pool, d: Dist, timings: dict[str, float], rcfg: RewardConfig | None = None,
-            decoder: FastDecoder | None = None) -> tuple[list[Group | None], list[GroupSummary]]:
+            decoder: FastDecoder | None = None, greedy: bool = False) -> tuple[list[Group | None], list[GroupSummary]]:
     """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
     zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
     resample_rounds rounds); a replacement lives on the rank that sampled it."""
-    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder)
+    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder, greedy)
     summaries = shared_summaries(groups, d)
     size = chunk_size(cfg, d)
     chunks = math.ceil(len(samples) / size)
@@ -378,7 +393,8 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
         if not flat:
             break
         extra = sampler.next(len(flat))
-        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg, decoder)
+        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg, decoder,
+                             greedy)
         chunks += math.ceil(len(extra) / size)
         for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
             if not summary.zero_std:
@@ -391,7 +407,9 @@ def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
     """The step's advantages from every group's rewards; an 'ema' baseline then takes in the step's rewards."""
     rewards = torch.tensor([s.rewards for s in summaries])  # (B, G)
     tasks = [s.task for s in summaries]
-    adv = grpo.advantages(rewards, gcfg, None if ema is None else ema.values(tasks, rewards))
+    baseline = torch.tensor([s.greedy_reward for s in summaries]) if gcfg.baseline == "greedy" else \
+        None if ema is None else ema.values(tasks, rewards)
+    adv = grpo.advantages(rewards, gcfg, baseline)
     if ema is not None:
         ema.update(tasks, rewards)
     return adv
@@ -741,7 +759,11 @@ def step_metrics(summaries: list[GroupSummary], adv: grpo.Advantages) -> dict[st
         truncated.extend(s.truncated)
     for task, values in by_task.items():
         out[f"reward/{task}"] = sum(values) / len(values)
-    out.update({k: sum(v) / len(v) for k, v in components.items()})
+    greedy: dict[str, list[float]] = {}
+    for s in summaries:
+        if s.greedy_reward is not None:
+            greedy.setdefault(f"reward/{s.task}/greedy", []).append(s.greedy_reward)
+    out.update({k: sum(v) / len(v) for k, v in (components | greedy).items()})
     out["completion/len_mean"] = sum(lengths) / len(lengths)
     out["completion/len_max"] = float(max(lengths))
     out["completion/truncated_frac"] = sum(truncated) / len(truncated)
@@ -863,7 +885,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             if decoder is not None:
                 decoder.sync(policy)
             groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
-                                        rcfg, decoder)
+                                        rcfg, decoder, gcfg.baseline == "greedy")
             adv = step_advantages(summaries, gcfg, ema)
             learn = learning_groups(groups, adv, cfg)
             metrics = step_metrics(summaries, adv)
