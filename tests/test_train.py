@@ -119,7 +119,7 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
     the sampled completions are those of the same streams without it, and A = (R - greedy reward) / group std."""
     from rookworld.generation import generate_groups
     from rookworld.hub import load_model
-    from rookworld.rewards import score_batch
+    from rookworld.rewards import RewardConfig, reweigh, score_batch, weights_at
 
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run")
@@ -146,6 +146,12 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
     for task in {s.task for s in samples}:
         mine = [g.greedy.reward for g in groups if g.sample.task == task]
         assert metrics[f"reward/{task}/greedy"] == pytest.approx(sum(mine) / len(mine))
+    rcfg = RewardConfig(reward_warmup_steps=2)  # the warm-up weighs the greedy score as the samples'
+    warm = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), {}, rcfg, greedy=True)
+    for g, w in zip(groups, warm):
+        assert w.greedy.components == g.greedy.components
+        assert w.greedy.reward == reweigh(g.greedy.components, weights_at(rcfg, 0)[g.sample.task])
+    assert any(w.greedy.reward != g.greedy.reward for g, w in zip(groups, warm))
 
 
 def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, tmp_path):

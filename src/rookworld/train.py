@@ -357,12 +357,15 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             _add_time(timings, "time/reward_total", seconds)
             made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
             if warmup:  # the reward warm-up: the same components under the step's weights
-                made = [replace(g, rewards=[reweigh(c, warmup[g.sample.task]) for c in g.components],
-                                greedy=g.greedy and replace(g.greedy, reward=reweigh(g.greedy.components,
-                                                                                     warmup[g.sample.task])))
-                        for g in made]
+                made = [reweighed(g, warmup[g.sample.task]) for g in made]
             groups[start:start + len(part)] = made
     return groups
+
+
+def reweighed(g: Group, weights: dict[str, float]) -> Group:
+    """The group's rewards, its greedy one too, from the same components under other weights."""
+    greedy = None if g.greedy is None else replace(g.greedy, reward=reweigh(g.greedy.components, weights))
+    return replace(g, rewards=[reweigh(c, weights) for c in g.components], greedy=greedy)
 
 
 def _add_time(timings: dict[str, float], name: str, seconds: float) -> None:
