@@ -74,9 +74,8 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     beta = grpo.BetaController(gcfg).beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        greedy = gcfg.baseline == "greedy"
         groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg,
-                                    greedy=greedy)
+                                    greedy=gcfg.baseline == "greedy")
         adv = step_advantages(summaries, gcfg, make_baseline(gcfg))  # a run's first step
         learn = learning_groups(groups, adv, cfg)
         advantages = group_advantages(groups, list(range(len(groups))), summaries, adv, gcfg,
