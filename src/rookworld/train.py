@@ -758,15 +758,13 @@ def step_metrics(summaries: list[GroupSummary], adv: grpo.Advantages) -> dict[st
         for comp in s.components:
             for name, value in comp.items():
                 components.setdefault(f"reward/{s.task}/{name}", []).append(value)
+        if s.greedy_reward is not None:
+            components.setdefault(f"reward/{s.task}/greedy", []).append(s.greedy_reward)
         lengths.extend(s.lengths)
         truncated.extend(s.truncated)
     for task, values in by_task.items():
         out[f"reward/{task}"] = sum(values) / len(values)
-    greedy: dict[str, list[float]] = {}
-    for s in summaries:
-        if s.greedy_reward is not None:
-            greedy.setdefault(f"reward/{s.task}/greedy", []).append(s.greedy_reward)
-    out.update({k: sum(v) / len(v) for k, v in (components | greedy).items()})
+    out.update({k: sum(v) / len(v) for k, v in components.items()})
     out["completion/len_mean"] = sum(lengths) / len(lengths)
     out["completion/len_max"] = float(max(lengths))
     out["completion/truncated_frac"] = sum(truncated) / len(truncated)
