@@ -179,10 +179,22 @@ def test_ema_baseline_averages_each_task_and_round_trips():
     ({"credit": "token"}, "credit must be one of"),
     ({"credit": "field", "baseline": "ema"}, "credit 'field' needs a group baseline"),
     ({"credit": "field", "baseline": "greedy"}, "the 'greedy' baseline is one whole reward per group"),
+    ({"baseline_a": "mean"}, "baseline_a must be one of"),
+    ({"baseline_a": "greedy", "std_scaling": "batch"}, "leave baseline_a unset"),
 ])
 def test_bad_baseline_and_kl_direction_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         GRPOConfig(**fields)
+
+
+def test_each_task_has_its_baseline():
+    both = GRPOConfig(baseline="greedy")
+    assert (both.baseline_of("P"), both.baseline_of("A")) == ("greedy", "greedy") and both.uses("greedy")
+    split = GRPOConfig(baseline_a="greedy", credit="field")  # field credit is P's: A's greedy baseline is no bar
+    assert (split.baseline_of("P"), split.baseline_of("A")) == ("group", "greedy")
+    assert split.uses("greedy") and split.uses("group") and not split.uses("ema")
+    assert not GRPOConfig(baseline_a="group").uses("greedy")
+    GRPOConfig(baseline_a="group", std_scaling="batch")  # one baseline for both tasks: one batch std is fine
 
 
 # ---------------------------------------------------------------- loss: one hand-computed example

@@ -89,6 +89,7 @@ LOSS_PATHS = {
     "field credit": ({"credit": "field"}, {}),
     "ema baseline": ({"baseline": "ema", "std_scaling": "batch"}, {}),
     "greedy baseline": ({"baseline": "greedy"}, {}),
+    "greedy baseline for A": ({"baseline_a": "greedy"}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
@@ -111,7 +112,7 @@ def test_every_loss_path_takes_a_real_step(tiny_run_inputs, tmp_path, name):
         assert all(r["ratio/mean"] == pytest.approx(1.0, abs=0.1) for r in rows)  # an update, then the ratio moves
     if name == "mask truncated":
         assert all(r["completion/truncated_frac"] < 1.0 for r in rows)  # some completions ended: loss tokens left
-    assert all(("reward/P/greedy" in r or "reward/A/greedy" in r) == (name == "greedy baseline") for r in rows)
+    assert all(("reward/P/greedy" in r or "reward/A/greedy" in r) == gcfg.uses("greedy") for r in rows)
 
 
 def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, tmp_path):
@@ -152,6 +153,29 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
         assert w.greedy.components == g.greedy.components
         assert w.greedy.reward == reweigh(g.greedy.components, weights_at(rcfg, 0)[g.sample.task])
     assert any(w.greedy.reward != g.greedy.reward for g, w in zip(groups, warm))
+
+
+def test_each_task_is_compared_with_its_own_baseline():
+    """--baseline-a: A groups against their baseline, P groups against theirs, in one step."""
+    def summary(task, rewards, greedy=None):
+        return train.GroupSummary(task, rewards, [{}] * len(rewards), [5] * len(rewards), [False] * len(rewards),
+                                  greedy)
+    summaries = [summary("P", [1.0, 0.0, 0.5, 0.5], 0.9), summary("A", [1.0, 0.0, 1.0, 1.0], 1.0),
+                 summary("A", [0.0, 0.0, 0.0, 0.0], 1.0), summary("P", [0.2, 0.2, 0.2, 0.2], 0.0)]
+    adv = train.step_advantages(summaries, grpo.GRPOConfig(baseline_a="greedy"), None)
+    p = torch.tensor([1.0, 0.0, 0.5, 0.5])
+    assert torch.allclose(adv.values[0], (p - p.mean()) / p.std())  # P: the group mean, not its greedy 0.9
+    a = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    assert torch.allclose(adv.values[1], (a - 1.0) / a.std())  # A: its greedy reward
+    assert torch.equal(adv.values[2:], torch.zeros(2, 4)) and adv.zero_std.tolist() == [False, False, True, True]
+    assert adv.frac_zero_std == 0.5
+    # an ema baseline for A only: P stays on its group mean, the average takes in A's rewards alone
+    gcfg = grpo.GRPOConfig(baseline_a="ema", std_scaling="none")
+    ema = train.make_baseline(gcfg)
+    adv = train.step_advantages(summaries, gcfg, ema)
+    assert ema.means == {"A": pytest.approx(3 / 8)}  # the first step: A's own mean
+    assert torch.allclose(adv.values[1], a - 3 / 8) and torch.allclose(adv.values[0], p - p.mean())
+    assert train.make_baseline(grpo.GRPOConfig()) is None
 
 
 def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, tmp_path):
@@ -728,7 +752,7 @@ def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_pat
     code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "4",
                      "--group-size", "3", "--max-new-tokens-p", "5", "--max-new-tokens-a", "7", "--processes", "1",
                      "--temperature-p", "0.3", "--temperature-a", "0.3", "--zero-std", "drop", "--json",
-                     str(report_file), "--baseline", "greedy"])
+                     str(report_file), "--baseline-a", "greedy"])
     assert code == 0
     prompts = json.loads(report_file.read_text())["prompts"]
     for p in prompts:  # a character-level tokenizer: one character per token
@@ -736,6 +760,7 @@ def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_pat
         assert all(len(c["completion"]) <= limit for c in p["completions"])
         assert p["in_loss"] == (not p["zero_std"])  # --zero-std drop keeps zero-std groups out of the loss
         rewards = torch.tensor([c["reward"] for c in p["completions"]])
-        expected = 0 * rewards if p["zero_std"] else (rewards - p["greedy_reward"]) / rewards.std()
+        baseline = p["greedy_reward"] if p["task"] == "A" else rewards.mean()  # --baseline-a greedy: A's alone
+        expected = 0 * rewards if p["zero_std"] else (rewards - baseline) / rewards.std()
         assert torch.allclose(torch.tensor([c["advantage"] for c in p["completions"]]), expected, atol=1e-5)
     assert any(p["zero_std"] for p in prompts)

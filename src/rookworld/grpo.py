@@ -55,6 +55,9 @@ class GRPOConfig:
                 "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards) or "
                 "'greedy' (the reward of the prompt's greedy completion, decoded and scored beside the group: "
                 "ReMax; only samples better than the greedy answer are reinforced)"})
+    baseline_a: str | None = field(default=None, metadata={
+        "help": "the A prompts' baseline where it differs from `baseline` (unset: the same), e.g. 'greedy' for A "
+                "beside the group mean for P"})
     ema_momentum: float = field(default=0.9, metadata={
         "help": "ema baseline: after each step, ema = m * ema + (1 - m) * the step's mean reward of the task"})
     std_scaling: str = field(default="group", metadata={
@@ -108,6 +111,11 @@ class GRPOConfig:
             self.kl_importance_weight = self.kl_estimator != "full"
         checks = [
             (self.baseline in BASELINES, f"baseline must be one of {BASELINES}, got {self.baseline!r}"),
+            (self.baseline_a is None or self.baseline_a in BASELINES,
+             f"baseline_a must be one of {BASELINES} (or unset: the same as baseline), got {self.baseline_a!r}"),
+            (self.std_scaling != "batch" or self.baseline_of("A") == self.baseline,
+             f"std_scaling 'batch' takes one std over the whole step, which one baseline per task would split: "
+             f"leave baseline_a unset (or equal to baseline {self.baseline!r}), or use std_scaling 'group'"),
             (0 <= self.ema_momentum < 1, f"ema_momentum must be in [0, 1) (1 would never move), "
                                          f"got {self.ema_momentum}"),
             (self.std_scaling in STD_SCALINGS, f"std_scaling must be one of {STD_SCALINGS}, got {self.std_scaling!r}"),
@@ -154,6 +162,14 @@ class GRPOConfig:
             if not ok:
                 raise ValueError(reason)
 
+    def baseline_of(self, task: str) -> str:
+        """The baseline the prompts of `task` ('P' or 'A') are compared with."""
+        return self.baseline_a if task == "A" and self.baseline_a is not None else self.baseline
+
+    def uses(self, baseline: str) -> bool:
+        """Whether the prompts of either task are compared with `baseline`."""
+        return baseline in (self.baseline_of("P"), self.baseline_of("A"))
+
 
 @dataclass(frozen=True)
 class Advantages:
@@ -163,12 +179,13 @@ class Advantages:
 
 
 def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None,
-               spread_of: torch.Tensor | None = None) -> Advantages:
+               spread_of: torch.Tensor | None = None, kind: str | None = None) -> Advantages:
     """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip.
 
-    b_ij by cfg.baseline: 'group' the mean of the group's G rewards; 'rloo' the mean of the other G-1
-    (= G/(G-1) times the group-centred reward); 'ema' and 'greedy' `baseline` (B,): each group's value of an
-    `EMABaseline`, or the reward of the prompt's greedy completion. std is the (unbiased) std of the group's
+    b_ij by `kind` (unset: cfg.baseline; the trainer passes each task's `cfg.baseline_of`): 'group' the mean
+    of the group's G rewards; 'rloo' the mean of the other G-1 (= G/(G-1) times the group-centred reward);
+    'ema' and 'greedy' `baseline` (B,): each group's value of an `EMABaseline`, or the reward of the prompt's
+    greedy completion. std is the (unbiased) std of the group's
     rewards ('group'), of all B*G rewards ('batch'), or 1 ('none'). Groups whose G rewards are all equal are
     returned in `zero_std` so the trainer can drop or resample them (dynamic sampling); they get exactly 0
     (float rounding of their mean cannot leak in), except under an outside baseline without the group std,
@@ -182,15 +199,16 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
     rewards = rewards.float()
     B, G = rewards.shape
     zero_std = (rewards == rewards[:, :1]).all(dim=1)  # (B,)
-    outside = cfg.baseline in OUTSIDE_BASELINES
+    kind = kind or cfg.baseline
+    outside = kind in OUTSIDE_BASELINES
     if outside:
         if baseline is None or tuple(baseline.shape) != (B,):
-            raise ValueError(f"baseline {cfg.baseline!r} needs each group's baseline value, (B,) = ({B},), got "
+            raise ValueError(f"baseline {kind!r} needs each group's baseline value, (B,) = ({B},), got "
                              f"{None if baseline is None else tuple(baseline.shape)}")
         centered = rewards - baseline.float()[:, None]  # (B, G)
     else:
         centered = rewards - rewards.mean(dim=1, keepdim=True)  # (B, G)
-        if cfg.baseline == "rloo":
+        if kind == "rloo":
             centered = centered * (G / (G - 1))
     if cfg.std_scaling != "none":
         over = {"dim": 1, "keepdim": True} if cfg.std_scaling == "group" else {}

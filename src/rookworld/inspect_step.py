@@ -75,7 +75,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
         groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg,
-                                    greedy=gcfg.baseline == "greedy")
+                                    greedy=gcfg.uses("greedy"))
         adv = step_advantages(summaries, gcfg, make_baseline(gcfg))  # a run's first step
         learn = learning_groups(groups, adv, cfg)
         advantages = group_advantages(groups, list(range(len(groups))), summaries, adv, gcfg,

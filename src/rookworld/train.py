@@ -407,19 +407,25 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
 
 def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
                     ema: grpo.EMABaseline | None) -> grpo.Advantages:
-    """The step's advantages from every group's rewards; an 'ema' baseline then takes in the step's rewards."""
+    """The step's advantages from every group's rewards, each task's groups against its baseline
+    (`gcfg.baseline_of`); an 'ema' baseline then takes in the step's rewards of the tasks it serves."""
     rewards = torch.tensor([s.rewards for s in summaries])  # (B, G)
-    tasks = [s.task for s in summaries]
-    baseline = torch.tensor([s.greedy_reward for s in summaries]) if gcfg.baseline == "greedy" else \
-        None if ema is None else ema.values(tasks, rewards)
-    adv = grpo.advantages(rewards, gcfg, baseline)
-    if ema is not None:
-        ema.update(tasks, rewards)
-    return adv
+    values, zero_std = torch.zeros_like(rewards), torch.zeros(len(summaries), dtype=torch.bool)
+    kinds = [gcfg.baseline_of(s.task) for s in summaries]
+    for kind in dict.fromkeys(kinds):
+        rows = [i for i, k in enumerate(kinds) if k == kind]
+        part, tasks = rewards[rows], [summaries[i].task for i in rows]
+        baseline = torch.tensor([summaries[i].greedy_reward for i in rows]) if kind == "greedy" else \
+            ema.values(tasks, part) if kind == "ema" else None
+        adv = grpo.advantages(part, gcfg, baseline, kind=kind)
+        values[rows], zero_std[rows] = adv.values, adv.zero_std
+        if kind == "ema":
+            ema.update(tasks, part)
+    return grpo.Advantages(values=values, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
 
 
 def make_baseline(gcfg: grpo.GRPOConfig) -> grpo.EMABaseline | None:
-    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.baseline == "ema" else None
+    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.uses("ema") else None
 
 
 def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: TrainConfig) -> list[int]:
@@ -886,7 +892,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             if decoder is not None:
                 decoder.sync(policy)
             groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
-                                        rcfg, decoder, gcfg.baseline == "greedy")
+                                        rcfg, decoder, gcfg.uses("greedy"))
             adv = step_advantages(summaries, gcfg, ema)
             learn = learning_groups(groups, adv, cfg)
             metrics = step_metrics(summaries, adv)
