@@ -185,11 +185,10 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
     b_ij by `kind` (unset: cfg.baseline; the trainer passes each task's `cfg.baseline_of`): 'group' the mean
     of the group's G rewards; 'rloo' the mean of the other G-1 (= G/(G-1) times the group-centred reward);
     'ema' and 'greedy' `baseline` (B,): each group's value of an `EMABaseline`, or the reward of the prompt's
-    greedy completion. std is the (unbiased) std of the group's
-    rewards ('group'), of all B*G rewards ('batch'), or 1 ('none'). Groups whose G rewards are all equal are
-    returned in `zero_std` so the trainer can drop or resample them (dynamic sampling); they get exactly 0
-    (float rounding of their mean cannot leak in), except under an outside baseline without the group std,
-    where R - b is a signal.
+    greedy completion. std is the (unbiased) std of the group's rewards ('group'), of all B*G rewards
+    ('batch'), or 1 ('none'). Groups whose G rewards are all equal are returned in `zero_std` so the trainer
+    can drop or resample them (dynamic sampling); they get exactly 0 (float rounding of their mean cannot leak
+    in), except under an outside baseline without the group std, where R - b is a signal.
     `spread_of` (B, G): other rewards whose std the divisor is at least (field credit: a field's advantage is
     never scaled up beyond its whole reward's, so a field with a tiny spread is not blown up to unit size).
     """
