@@ -181,6 +181,7 @@ def test_ema_baseline_averages_each_task_and_round_trips():
     ({"credit": "field", "baseline": "greedy"}, "the 'greedy' baseline is one whole reward per group"),
     ({"baseline_a": "mean"}, "baseline_a must be one of"),
     ({"baseline_a": "greedy", "std_scaling": "batch"}, "leave baseline_a unset"),
+    ({"beta_a_scale": -1.0}, "beta_a_scale must be >= 0"),
 ])
 def test_bad_baseline_and_kl_direction_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -364,6 +365,26 @@ def test_sampled_token_kl_estimators(estimator, weighted, value, grad0):
     loss.backward()
     assert logp.grad[0, 0].item() == pytest.approx(0.1 * grad0 / 2, abs=1e-6)
     assert logp.grad[0, 1].item() == pytest.approx(0.1 * (1.0 if estimator == "k1" else 0.0) / 2, abs=1e-6)
+
+
+def test_kl_weight_scales_each_sequences_kl_term():
+    """kl_weight (N,): sequence i's KL enters the loss at beta * w_i (the trainer's beta_a_scale on A rows);
+    `kl/mean` stays the unweighted token mean."""
+    logp, ref, _, _ = kl_example()  # one sequence: token KLs k3 = 0.193147 and 0
+    logp2 = torch.cat([logp.detach(), logp.detach()]).requires_grad_()  # two copies of it
+    ref2, adv, mask = torch.cat([ref, ref]), torch.zeros(2), torch.ones(2, 2, dtype=torch.bool)
+    config = cfg(aggregation="bnpo", beta=0.1, kl_importance_weight=False)
+    k3 = 0.5 + LOG2 - 1
+    loss, stats = grpo.loss(logp2, logp2.detach(), ref2, adv, mask, config, kl_weight=torch.tensor([3.0, 0.0]))
+    assert stats["kl/mean"] == pytest.approx(2 * k3 / 4, abs=1e-6)
+    assert stats["kl_loss"] == pytest.approx(0.1 * 3 * k3 / 4, abs=1e-6)
+    loss.backward()
+    assert logp2.grad[0, 0].item() == pytest.approx(0.1 * 3 * 0.5 / 4, abs=1e-6) and logp2.grad[1].abs().sum() == 0
+    ones, _ = grpo.loss(logp2, logp2.detach(), ref2, adv, mask, config, kl_weight=torch.ones(2))
+    plain, _ = grpo.loss(logp2, logp2.detach(), ref2, adv, mask, config)
+    assert ones.item() == pytest.approx(plain.item(), abs=1e-7)
+    with pytest.raises(ValueError, match="kl_weight must be"):
+        grpo.loss(logp2, logp2.detach(), ref2, adv, mask, config, kl_weight=torch.ones(2, 2))
 
 
 def test_full_vocabulary_kl_is_taken_as_given():

@@ -90,6 +90,7 @@ LOSS_PATHS = {
     "ema baseline": ({"baseline": "ema", "std_scaling": "batch"}, {}),
     "greedy baseline": ({"baseline": "greedy"}, {}),
     "greedy baseline for A": ({"baseline_a": "greedy"}, {}),
+    "A's own KL scale": ({"beta_a_scale": 5.0}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
@@ -302,6 +303,8 @@ def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp
     batch = train.Batch.of(groups, [torch.arange(cfg.group_size, dtype=torch.float32) + 10 * i for i in range(2)])
     G = cfg.group_size
     assert batch.prompts.rows.tolist() == [0] * G + [1] * G
+    assert batch.task_a.tolist() == [s.task == "A" for s in (long, short) for _ in range(G)]
+    assert {long.task, short.task} == {"P", "A"}  # the longest prompt is an A prompt, the shortest a P prompt
     for i, (g, sample) in enumerate(zip(groups, (long, short))):
         length = int(batch.prompts.lengths[i])
         assert batch.prompts.ids[i, :length].tolist() == tokenizer.encode_prompts([sample.prompt])[0]
@@ -324,6 +327,7 @@ def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp
     assert [int(mb.completions.shape[1]) for mb in in_order] == [int(lengths[r:r + size].max())
                                                                  for r in range(0, 2 * G, size)]
     assert torch.equal(torch.cat([mb.advantages for mb in in_order]), batch.advantages)
+    assert torch.equal(torch.cat([mb.task_a for mb in in_order]), batch.task_a)  # each row keeps its task
     assert [len(mb.prompts.lengths) for mb in in_order] == [2, 1]  # the second holds only the short prompt's rows
     assert torch.equal(in_order[1].prompts.lengths, batch.prompts.lengths[1:])
     longest_first = list(batch.micro_batches(size, by_length=True))
@@ -449,7 +453,7 @@ def test_the_projected_anchor_removes_only_the_part_of_the_step_that_raises_its_
     def batch(sign: float) -> train.Batch:
         return train.Batch(prompts, completions, torch.ones_like(completions, dtype=torch.bool),
                            torch.zeros(completions.shape), torch.ones(6, dtype=torch.bool), sign * advantages,
-                           torch.ones(6))
+                           torch.ones(6), torch.zeros(6, dtype=torch.bool))
 
     dot = lambda x, y: float(sum(torch.sum(u * v) for u, v in zip(x, y)))  # noqa: E731
     plain, _ = _update_grads(policy, batch(1.0), anchor, anchor_coef=0.0)  # the anchor in the loss at weight 0
@@ -469,6 +473,39 @@ def test_the_projected_anchor_removes_only_the_part_of_the_step_that_raises_its_
         assert abs(after) < 1e-4 if acts else after > 0  # projected: orthogonal to the anchor's gradient
         assert stats["anchor/nll"] > 0
 
+
+
+def test_beta_a_scale_weighs_the_kl_of_the_a_rows_alone(tiny_run_inputs):
+    """--beta-a-scale s: policy_update's KL term is P rows' KL + s times A rows' (Batch.task_a), each at beta."""
+    import copy
+
+    from rookworld.hub import load_model
+    from rookworld.model import SharedPrompts
+
+    model_dir, _ = tiny_run_inputs
+    policy, tokenizer = load_model(str(model_dir))
+    reference = copy.deepcopy(policy).requires_grad_(False)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    generator = torch.Generator().manual_seed(1)
+    completions = torch.randint(1, tokenizer.vocab_size, (6, 10), generator=generator)
+    prompts = SharedPrompts(torch.randint(1, tokenizer.vocab_size, (2, 8), generator=generator), torch.tensor([8, 5]),
+                            torch.tensor([0, 0, 0, 1, 1, 1]))
+    batch = train.Batch(prompts, completions, torch.ones_like(completions, dtype=torch.bool),
+                        torch.zeros(completions.shape), torch.ones(6, dtype=torch.bool), torch.zeros(6),
+                        torch.ones(6), torch.tensor([False] * 3 + [True] * 3))
+
+    def kl_loss(scale: float) -> float:
+        model = copy.deepcopy(policy)
+        stats = train.policy_update(model, reference, torch.optim.SGD(model.parameters(), lr=0.0), batch,
+                                    grpo.GRPOConfig(beta=0.1, beta_a_scale=scale), train.TrainConfig(grad_clip=0.0),
+                                    0.1, 10, train.Dist())
+        return stats["kl_loss"]
+
+    p_part, both = kl_loss(0.0), kl_loss(1.0)
+    assert p_part > 0 and both - p_part > 0  # each task's rows have a KL of their own
+    assert kl_loss(3.0) == pytest.approx(p_part + 3 * (both - p_part), rel=1e-5)
 
 
 def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_path):

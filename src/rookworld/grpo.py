@@ -15,7 +15,8 @@ Per loss token t of sequence i (the mask after optional truncation masking):
              full: the exact full-vocabulary KL at that position, computed elsewhere (model.token_logprobs):
                    reverse KL(pi || pi_ref), forward KL(pi_ref || pi) or their mean (kl_direction)
              (k1/k3 times r_it when kl_importance_weight: then their gradient estimates the KL's gradient)
-    l_it   = pg_it + beta * kl_it - entropy_coef * H_it
+    l_it   = pg_it + beta * w_i * kl_it - entropy_coef * H_it
+                                                          (w_i: kl_weight, 1 by default; beta_a_scale on A rows)
 
 and the loss aggregates l over loss tokens (n_i = loss tokens of sequence i):
 
@@ -79,6 +80,9 @@ class GRPOConfig:
         "help": "PPO clip range above 1: the ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)"})
     beta: float = field(default=0.02, metadata={
         "help": "KL coefficient (the value after warm-up; the start value of the adaptive schedule)"})
+    beta_a_scale: float = field(default=1.0, metadata={
+        "help": "multiplies beta on the A prompts' completions (1: the same KL as P's; e.g. 5 holds the arbiter "
+                "nearer the reference while P moves); the schedules move beta, and A's follows it"})
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
                 "full-vocabulary KL per position, computed by the model code)"})
@@ -116,6 +120,7 @@ class GRPOConfig:
             (self.std_scaling != "batch" or self.baseline_of("A") == self.baseline,
              f"std_scaling 'batch' takes one std over the whole step, which one baseline per task would split: "
              f"leave baseline_a unset (or equal to baseline {self.baseline!r}), or use std_scaling 'group'"),
+            (self.beta_a_scale >= 0, f"beta_a_scale must be >= 0, got {self.beta_a_scale}"),
             (0 <= self.ema_momentum < 1, f"ema_momentum must be in [0, 1) (1 would never move), "
                                          f"got {self.ema_momentum}"),
             (self.std_scaling in STD_SCALINGS, f"std_scaling must be one of {STD_SCALINGS}, got {self.std_scaling!r}"),
@@ -313,7 +318,8 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
          mask: torch.Tensor, cfg: GRPOConfig, *, beta: float | None = None,
          kl_per_token: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
          truncated: torch.Tensor | None = None, normalizer: float | None = None,
-         max_completion_length: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+         max_completion_length: int | None = None,
+         kl_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Scalar GRPO loss of one (micro-)batch and its stats (see the module docstring for the formulas).
 
     logp (N, T): current policy's log-probs of the sampled ids, with grad. old_logp (N, T): the sampling
@@ -323,9 +329,10 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
     tokens. beta: this step's coefficient (BetaController.beta; default cfg.beta). entropy (N, T): per-token
     entropy with grad, needed when cfg.entropy_coef > 0. truncated (N,) bool: used when cfg.mask_truncated.
     normalizer: see `global_normalizer`. max_completion_length: dr_grpo's L_max when no normalizer is given.
+    kl_weight (N,): each sequence's multiplier of beta (the trainer's `beta_a_scale` on A rows); None: 1.
 
     Stats (floats). This call's terms -- with a global normalizer they sum over micro-batches to the step's:
-      `loss` = `pg_loss` + `kl_loss` + `entropy_loss`, `kl_loss` = beta * aggregated KL,
+      `loss` = `pg_loss` + `kl_loss` + `entropy_loss`, `kl_loss` = beta * aggregated w_i * KL,
       `entropy_loss` = -entropy_coef * aggregated entropy.
       `kl_share` = |kl_loss| / (|pg_loss| + |kl_loss| + |entropy_loss|), 0 when all three are 0. It compares
       term values, not gradients: near ratio 1 pg_loss is small because the advantages are centred.
@@ -343,6 +350,8 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
     for name, tensor in named.items():
         if tensor is not None and tuple(tensor.shape) != shape:
             raise ValueError(f"{name} must have logp's shape {shape}, got {tuple(tensor.shape)}")
+    if kl_weight is not None and tuple(kl_weight.shape) != shape[:1]:
+        raise ValueError(f"kl_weight must be (N,) = {shape[:1]}, one per sequence, got {tuple(kl_weight.shape)}")
     if tuple(adv.shape) not in (shape[:1], shape):
         raise ValueError(f"adv must be (N,) = {shape[:1]} per sequence or logp's shape {shape} per token, "
                          f"got {tuple(adv.shape)}")
@@ -390,7 +399,8 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
             kl = _sampled_kl(logp, masked(ref_logp.detach()), cfg.kl_estimator)
             if cfg.kl_importance_weight:
                 kl = kl * ratio  # (N, T)
-        kl_loss = beta * aggregate(kl)
+        weighted = kl if kl_weight is None else kl * kl_weight.float()[:, None]  # (N, T)
+        kl_loss = beta * aggregate(weighted)
         total = total + kl_loss
     else:
         kl_loss = pg_loss.new_zeros(())

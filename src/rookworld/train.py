@@ -487,6 +487,7 @@ class Batch:
     finished: torch.Tensor         # (N,)
     advantages: torch.Tensor       # (N,) per completion, or (N, T) per token (credit 'field')
     temperature: torch.Tensor      # (N,) each row's sampling temperature
+    task_a: torch.Tensor           # (N,) bool: the row answers an A prompt
 
     @classmethod
     def of(cls, groups: list[Group], advantages: list[torch.Tensor]) -> Batch:
@@ -498,12 +499,13 @@ class Batch:
                                torch.cat([torch.full((len(g.completions),), i, device=device)
                                           for i, g in enumerate(groups)]))
         temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
+        task_a = torch.tensor([g.sample.task == "A" for g in groups for _ in g.completions], device=device)
         per_token = advantages[0].dim() == 2
         return cls(shared, *(_pad_cat([getattr(g, name)[:, start:] for g, start in zip(groups, starts)], fill)
                              for name, fill in (("sequences", 0), ("completion_mask", False), ("logprobs", 0.0))),
                    torch.cat([g.finished for g in groups]),
                    _pad_cat([a[:, start:] for a, start in zip(advantages, starts)], 0.0) if per_token
-                   else torch.cat(advantages), temperature)
+                   else torch.cat(advantages), temperature, task_a)
 
     def select(self, rows: torch.Tensor) -> Batch:
         """The batch of rows `rows` (in that order) with only their prompts, both cut after their longest row."""
@@ -514,7 +516,8 @@ class Batch:
         advantages = self.advantages[rows]
         return Batch(prompts, self.completions[rows, :width], self.completion_mask[rows, :width],
                      self.logprobs[rows, :width], self.finished[rows],
-                     advantages[:, :width] if advantages.dim() == 2 else advantages, self.temperature[rows])
+                     advantages[:, :width] if advantages.dim() == 2 else advantages, self.temperature[rows],
+                     self.task_a[rows])
 
     def micro_batches(self, size: int, by_length: bool = False):
         """Batches of `size` rows at a time, in batch order, or with by_length groups longest completion
@@ -656,7 +659,9 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                                     ref_logp if needs_ref else None, mb.advantages, mask, gcfg, beta=beta,
                                     kl_per_token=tl.kl if needs_ref and full_kl else None,
                                     entropy=tl.entropy, truncated=~mb.finished, normalizer=normalizer,
-                                    max_completion_length=max_completion)
+                                    max_completion_length=max_completion,
+                                    kl_weight=None if gcfg.beta_a_scale == 1 else
+                                    torch.where(mb.task_a, gcfg.beta_a_scale, 1.0))
             (loss * scale).backward()
             tokens = float(mask.sum())
             tokens_seen += tokens
