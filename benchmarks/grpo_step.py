@@ -145,7 +145,7 @@ def run_rookworld(spec: Spec) -> Result:
                             engine_rewards=False, max_new_tokens_p=L, max_new_tokens_a=L,
                             micro_batch_size=spec.micro_batch_size, seed=spec.seed, device=spec.device,
                             threads=spec.threads, eval_every=0, fast_decode=spec.fast_decode)
-    gcfg, rcfg, d = grpo.GRPOConfig(), RewardConfig(), train.Dist()
+    gcfg, rcfg, d = grpo.GRPOConfig(beta_a_scale=1.0), RewardConfig(), train.Dist()  # TRL: one beta for all rows
     policy, tokenizer = load_model(spec.model_dir, device=spec.device)
     policy.train()
     reference, _ = load_model(spec.model_dir, device=spec.device)

@@ -90,7 +90,7 @@ LOSS_PATHS = {
     "ema baseline": ({"baseline": "ema", "std_scaling": "batch"}, {}),
     "greedy baseline": ({"baseline": "greedy"}, {}),
     "greedy baseline for A": ({"baseline_a": "greedy"}, {}),
-    "A's own KL scale": ({"beta_a_scale": 5.0}, {}),
+    "one KL weight for both tasks": ({"beta_a_scale": 1.0}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),

@@ -80,9 +80,9 @@ class GRPOConfig:
         "help": "PPO clip range above 1: the ratio is clipped at 1 + eps_high (DAPO's clip-higher uses 0.28)"})
     beta: float = field(default=0.02, metadata={
         "help": "KL coefficient (the value after warm-up; the start value of the adaptive schedule)"})
-    beta_a_scale: float = field(default=1.0, metadata={
-        "help": "multiplies beta on the A prompts' completions (1: the same KL as P's; e.g. 5 holds the arbiter "
-                "nearer the reference while P moves); the schedules move beta, and A's follows it"})
+    beta_a_scale: float = field(default=5.0, metadata={
+        "help": "multiplies beta on the A prompts' completions: 5 holds the arbiter nearer the reference while P "
+                "moves (1: the same KL as P's); the schedules move beta, and A's follows it"})
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
                 "full-vocabulary KL per position, computed by the model code)"})
