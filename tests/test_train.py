@@ -484,11 +484,11 @@ def test_beta_a_scale_weighs_the_kl_of_the_a_rows_alone(tiny_run_inputs):
 
     model_dir, _ = tiny_run_inputs
     policy, tokenizer = load_model(str(model_dir))
+    generator = torch.Generator().manual_seed(1)
     reference = copy.deepcopy(policy).requires_grad_(False)
     with torch.no_grad():
         for p in reference.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    generator = torch.Generator().manual_seed(1)
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
     completions = torch.randint(1, tokenizer.vocab_size, (6, 10), generator=generator)
     prompts = SharedPrompts(torch.randint(1, tokenizer.vocab_size, (2, 8), generator=generator), torch.tensor([8, 5]),
                             torch.tensor([0, 0, 0, 1, 1, 1]))

@@ -660,8 +660,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                                     kl_per_token=tl.kl if needs_ref and full_kl else None,
                                     entropy=tl.entropy, truncated=~mb.finished, normalizer=normalizer,
                                     max_completion_length=max_completion,
-                                    kl_weight=None if gcfg.beta_a_scale == 1 else
-                                    torch.where(mb.task_a, gcfg.beta_a_scale, 1.0))
+                                    kl_weight=torch.where(mb.task_a, gcfg.beta_a_scale, 1.0))
             (loss * scale).backward()
             tokens = float(mask.sum())
             tokens_seen += tokens
