@@ -40,6 +40,7 @@ The last line of the output is `speed ratio (TRL s/step / rookworld s/step): X.X
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import os
 import resource
@@ -151,7 +152,7 @@ def run_rookworld(spec: Spec) -> Result:
     reference, _ = load_model(spec.model_dir, device=spec.device)
     reference.requires_grad_(False)
     decoder = FastDecoder(policy) if fast_path(cfg.fast_decode, spec.device) else None  # the trainer's CUDA path
-    limits = train.completion_limits(cfg, tokenizer, [])  # both set by the flags: {"P": L, "A": L}
+    limits = train.completion_limits(cfg, tokenizer, [], policy.config.n_positions)  # the flags': {"P": L, "A": L}
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     state = train.RunState()
@@ -427,7 +428,7 @@ def main() -> int:
         if args.max_new_tokens:
             limit, limits_note = args.max_new_tokens, "--max-new-tokens"
         else:
-            found = completion_limits(TrainConfig(), Tokenizer.from_dir(model_dir), train)
+            found = completion_limits(TrainConfig(), Tokenizer.from_dir(model_dir), train, context=math.inf)  # no flags
             limit, limits_note = max(found.values()), f"the larger of the trainer's P {found['P']} / A {found['A']}"
         sampler = TaskSampler(train, p_fraction=TrainConfig().p_fraction, seed=args.seed)
         batches = [sampler.next(args.batch_size) for _ in range(args.steps + 1)]

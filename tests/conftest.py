@@ -22,6 +22,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def one_error_line(capsys) -> str:
+    """What a command printed to stderr, which must be one line: a bad input's clear error."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES

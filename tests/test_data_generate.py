@@ -11,6 +11,7 @@ import chess
 import chess.pgn
 import numpy as np
 import pytest
+from conftest import one_error_line
 
 from rookworld import arbiter, cli, text
 from rookworld.data.generate import PROGRESS, GenerateConfig, generate, shard_name
@@ -220,3 +221,13 @@ def test_side_makes_only_that_side_of_the_split_by_game(side, tmp_path, capsys):
     assert (rates["P"] is None) == (seconds["label"] < 0.1) and (rates["P"] or 0) < 1e5
     assert cli.main([*args[:-1], "both"]) == 2
     assert "--side 'both': choose one of train, eval, all" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--temperature", "nan"], "--temperature finite and >= 0; got 4000, 1000, nan"),
+    (["--seed", "-1"], "--seed -1: must be >= 0"),
+])
+def test_bad_generate_flags_are_one_clear_line(flags, message, tmp_path, capsys):
+    assert cli.main(["data", "generate", "--out", str(tmp_path / "out"), "--p-positions", "2", *flags]) == 2
+    assert message in one_error_line(capsys)
+    assert not (tmp_path / "out").exists()

@@ -143,6 +143,20 @@ def test_export_writes_samples_that_load_back_identically(hub_rows, tmp_path, ca
     assert [s.to_json() for s in again] == [s.to_json() for s in load_source(str(source), "all").samples]
 
 
+def test_stats_and_export_limit_read_the_first_samples_only(hub_rows, tmp_path, capsys):
+    source = _write(tmp_path / "rows.txt", hub_rows)
+    out = tmp_path / "first.jsonl"
+    assert cli.main(["data", "export", "--source", str(source), "--split", "all", "--limit", "7", "--out",
+                     str(out)]) == 0
+    first = [s.to_json() for s in load_source(str(source), "all").samples[:7]]
+    assert [json.loads(line) for line in out.read_text().splitlines()] == first
+    capsys.readouterr()
+    assert cli.main(["data", "stats", str(source), "--limit", "5"]) == 0
+    assert "rows read: 5 in the split" in " ".join(capsys.readouterr().out.split())
+    assert cli.main(["data", "stats", str(source), "--limit", "0"]) == 2
+    assert "--limit must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_the_embedded_dataset_is_the_default_and_split_by_game():
     from rookworld.data.sources import embedded_path
     from rookworld.data.splits import sample_split

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from conftest import one_error_line
 
 from rookworld import cli, metrics, text
 from rookworld.analysis import Analysis, expected_score
@@ -243,3 +244,42 @@ def test_fast_decode_false_decodes_as_on_cpu_and_true_needs_cuda(tmp_path, fixtu
     capsys.readouterr()
     assert cli.main(common + ["--fast-decode", "true"]) == 2
     assert "--fast-decode true needs a CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.stockfish
+def test_sampled_eval_flags_limit_and_markdown(tmp_path, fixtures_dir, capsys):
+    data = tmp_path / "mine.txt"
+    data.write_text("\n".join(file_rows(fixtures_dir)) + "\n")
+    common = ["eval", "--data", str(data), "--split", "all", "--limit", "6", "--threads", "1", "--processes", "1"]
+    runs = {"greedy": [], "nucleus": ["--samples", "2", "--top-p", "1e-9"],
+            "hot": ["--samples", "2", "--temperature", "3", "--seed", "5"]}
+    results = {}
+    for name, flags in runs.items():
+        out, markdown = tmp_path / f"{name}.json", tmp_path / f"{name}.md"
+        assert cli.main(common + flags + ["--out", str(out), "--markdown", str(markdown)]) == 0
+        assert capsys.readouterr().out.startswith(f"scoring the first 6 rows of the all split of {data} (--limit 6)")
+        ((model, results[name]),) = json.loads(out.read_text()).items()
+        table = markdown.read_text().splitlines()
+        assert table[0] == f"| metric | {model} |" and any(line.startswith("| A/exact | ") for line in table)
+    greedy, nucleus, hot = results["greedy"], results["nucleus"], results["hot"]
+    assert greedy["count/P"] + greedy["count/A"] == 6 and "A/exact@2" not in greedy
+    # a nucleus that keeps one token samples the greedy completion twice
+    assert nucleus["A/exact"] == nucleus["A/exact@2"] == greedy["A/exact"]
+    assert nucleus["P/acpl"] == nucleus["P/acpl@2"] == pytest.approx(greedy["P/acpl"])
+    assert hot["reward/mean"] < greedy["reward/mean"]  # three times as hot: worse completions
+    assert cli.main(common + ["--samples", "2", "--temperature", "3", "--seed", "5", "--out",
+                              str(tmp_path / "again.json")]) == 0
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads((tmp_path / "hot.json").read_text())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--samples", "2", "--temperature", "0"], "temperature, top_p: temperature must be finite and > 0"),
+    (["--top-p", "1.5"], "temperature, top_p: top_p must be in (0, 1]"),
+    (["--samples", "0"], "samples must be >= 1, got 0"),
+    (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--limit", "0"], "--limit 0: must be >= 1"),
+    (["--threads", "0"], "--threads 0: must be >= 1"),
+])
+def test_bad_eval_flags_are_one_clear_line(flags, message, capsys):
+    assert cli.main(["eval", "--processes", "1", *flags]) == 2
+    assert message in one_error_line(capsys)

@@ -290,6 +290,13 @@ def test_sample_command_is_seeded(saved_checkpoint, capsys):
     assert first[1] != run_cli(capsys, *flags, "--seed", "2")[1]
 
 
+def test_sample_command_top_k_1_is_greedy(saved_checkpoint, capsys):
+    flags = ["--model", str(saved_checkpoint), "--prompt", CLI_PROMPTS[1], "--max-new-tokens", "20", "--device", "cpu"]
+    greedy = run_cli(capsys, *flags, "--greedy")
+    assert run_cli(capsys, *flags, "--temperature", "1.5", "--top-k", "1") == greedy
+    assert run_cli(capsys, *flags, "--temperature", "1.5", "--top-k", "0") != greedy  # 0 keeps every token
+
+
 def test_sample_command_reports_bad_input(saved_checkpoint, capsys, monkeypatch, tmp_path):
     import rookworld.hub
 

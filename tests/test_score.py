@@ -159,3 +159,23 @@ def test_p_format_count_flag_reaches_the_reward(tmp_path):
                          tmp_path / "no-stockfish", "--p-format-count", flag) == 0
         formats[flag] = read_jsonl(tmp_path / f"{flag}.jsonl")[0]["components"]["format"]
     assert formats == {"false": 1.0, "true": 0.5}  # three moves named where the analysis has five
+
+
+def test_p_weight_and_illegal_move_flags_reach_the_reward(tmp_path):
+    records = stored_p_lines()[:10]
+    records[0] = {**records[0], "completion": records[0]["completion"].rsplit("B:", 1)[0] + "B: a1a1"}  # illegal
+    write_jsonl(tmp_path / "in.jsonl", [json.dumps(record) for record in records])
+    weights = {"best_move": 0.1, "candidates": 0.5, "evals": 0.3, "format": 0.1}
+    flags = [f"--p-{name.replace('_', '-')}-weight={w}" for name, w in weights.items()]
+    scored = {}
+    for run, extra in (("default", []), ("weights", flags), ("illegal", ["--best-move-illegal", "-1"])):
+        assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / f"{run}.jsonl", "--stockfish",
+                         tmp_path / "no-stockfish", *extra) == 0
+        scored[run] = read_jsonl(tmp_path / f"{run}.jsonl")
+    for record in scored["weights"]:  # the reward is the flags' weighted sum of the components
+        assert record["reward"] == pytest.approx(sum(w * record["components"][n] for n, w in weights.items()))
+    assert [r["components"] for r in scored["weights"]] == [r["components"] for r in scored["default"]]
+    assert any(a["reward"] != b["reward"] for a, b in zip(scored["weights"], scored["default"]))
+    assert scored["default"][0]["components"]["best_move"] == -0.25  # the dense shapes' default
+    assert scored["illegal"][0]["components"]["best_move"] == -1.0
+    assert [r["reward"] for r in scored["illegal"][1:]] == [r["reward"] for r in scored["default"][1:]]

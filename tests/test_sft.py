@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from conftest import FIXTURES
+from conftest import FIXTURES, one_error_line
 
 from rookworld import arbiter, checkpoint, cli
 from rookworld.data.batches import balanced_subset
@@ -205,3 +205,22 @@ def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_p
 def test_cli_resume_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["sft", "--resume", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_tokenizer_vocab_trains_a_bpe_whose_size_the_model_takes(data_file, tmp_path):
+    main(_config(data_file, tmp_path / "run", tokenizer_vocab=300, steps=1, eval_every=0))
+    model, tokenizer = load_model(tmp_path / "run" / checkpoint.LAST)
+    assert 257 < tokenizer.vocab_size <= 300 and model.config.vocab_size == tokenizer.vocab_size
+    line = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()[0]
+    assert len(tokenizer.encode(line)) < len(line.encode())  # merges: fewer tokens than bytes
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--n-head", "0"], "n_head must be >= 1, got 0"),
+    (["--data-limit", "0"], "data_limit must be >= 1, got 0"),
+    (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--tokenizer-vocab", "100"], "vocab_size=100 is too small"),
+])
+def test_bad_sft_flags_are_one_clear_line(data_file, tmp_path, capsys, flags, message):
+    assert cli.main(["sft", "--data", str(data_file), "--out", str(tmp_path / "run"), "--steps", "1", *flags]) == 2
+    assert message in one_error_line(capsys)

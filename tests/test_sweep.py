@@ -226,9 +226,11 @@ def test_median_pruner_stops_a_worse_trial_and_none_never_prunes(tiny, tmp_path)
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'median' / sweep.DB_FILE}")
     assert study.trials[1].intermediate_values == {1: 4.0}  # pruned at its first report: the eval after step 1
 
-    assert cli.main(["sweep", "--out", str(tmp_path / "none"), "--pruner", "none", *flags]) == 0
-    found = summary(tmp_path / "none")
-    assert (found["complete"], found["pruned"]) == (2, 0)
+    for name, extra in (("none", ["--pruner", "none"]), ("warm-up", ["--pruner-warmup-steps", "3"])):
+        # no pruner, or none before step 3: a trial reports after steps 1 and 2
+        assert cli.main(["sweep", "--out", str(tmp_path / name), *extra, *flags]) == 0
+        found = summary(tmp_path / name)
+        assert (found["complete"], found["pruned"]) == (2, 0)
 
 
 def test_sigterm_ends_the_trial_processes_and_records_the_trial(tiny, tmp_path):

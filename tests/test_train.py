@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import one_error_line
 from safetensors.torch import load_file
 
 from rookworld import checkpoint, cli, grpo, train
@@ -704,13 +705,89 @@ def test_default_rollout_chunk_gives_every_rank_prompts():
 
 def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     code = cli.main(["train", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "run")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "missing" in err[0]
+    assert code == 2 and "missing" in one_error_line(capsys)
 
 
-def test_impossible_config_is_rejected(tmp_path, capsys):
-    code = cli.main(["train", "--group-size", "1", "--out", str(tmp_path / "run")])
-    assert code == 2 and "group_size" in capsys.readouterr().err
+@pytest.mark.parametrize("flags, message", [
+    (["--group-size", "1"], "group_size must be >= 2"),
+    (["--temperature-p", "0"], "temperature_p, top_p_p: temperature must be finite and > 0"),
+    (["--top-p-a", "1.5"], "temperature_a, top_p_a: top_p must be in (0, 1]"),
+    (["--eval-temperature", "nan"], "eval_temperature: temperature must be finite and > 0"),
+    (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--lr", "inf"], "lr must be finite and > 0"),
+    (["--max-new-tokens-a", "0"], "max_new_tokens_p and max_new_tokens_a must be >= 1"),
+    (["--processes", "0"], "processes must be >= 1, got 0"),
+    (["--log-samples", "-1"], "log_samples must be >= 0, got -1"),
+    (["--max-rollbacks", "-1"], "max_rollbacks must be >= 0, got -1"),
+    (["--resample-rounds", "-1"], "resample_rounds must be >= 0, got -1"),
+])
+def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
+    code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])
+    assert code == 2 and message in one_error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_completion_limit_beyond_the_context_is_one_clear_line(tiny_run_inputs, tmp_path, capsys):
+    model_dir, data = tiny_run_inputs  # a context of 256 tokens; the fixtures' P prompts take about 70
+    code = cli.main(["train", "--model", str(model_dir), "--data", str(data), "--max-new-tokens-p", "250",
+                     "--threads", "1", "--processes", "1", "--out", str(tmp_path / "run")])
+    assert code == 2 and "--max-new-tokens-p 250: the longest P prompt has" in one_error_line(capsys)
+
+
+def test_each_rollback_scales_the_learning_rate_by_lr_backoff(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    for backoff in (0.25, 1.0):
+        run = tmp_path / f"backoff-{backoff}"
+        cfg = tiny_config(model_dir, data, run, steps=6, kl_max=1e-12, max_rollbacks=2, lr=1e-2, lr_backoff=backoff)
+        with pytest.raises(train.TrainingStopped, match="rollbacks"):
+            train.main(cfg, grpo.GRPOConfig(beta=0.1, entropy_coef=0.01))
+        taken = [r for r in records(run) if not r.get("guard/rollback")]  # the steps that were kept
+        assert {r["guard/rollbacks"] for r in taken} == {0, 1, 2}
+        for r in taken:  # each rollback so far has scaled the learning rate once
+            assert r["lr"] == pytest.approx(1e-2 * backoff ** r["guard/rollbacks"])
+
+
+def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    prompts = {}
+    for overfit in (False, True):
+        run = tmp_path / f"overfit-{overfit}"
+        train.main(tiny_config(model_dir, data, run, steps=3, log_samples=4, overfit_single_batch=overfit),
+                   grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
+        logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+        prompts[overfit] = [[r["prompt"] for r in logged if r["step"] == step] for step in (1, 2, 3)]
+        assert all(len(step) == 4 for step in prompts[overfit])
+    assert prompts[True] == [prompts[False][0]] * 3
+    assert prompts[False][1] != prompts[False][0]
+
+
+def test_eval_temperature_reaches_the_sampled_eval(tiny_run_inputs, tmp_path):
+    from rookworld.hub import resolve_default_model
+
+    found = {}
+    for temperature in (1e-6, 3.0):  # the embedded model, whose completions are worth judging
+        cfg = tiny_config(resolve_default_model(), tiny_run_inputs[1], tmp_path / f"t{temperature}", steps=1,
+                          eval_every=1, eval_limit=8, eval_draws=2, eval_sampled_limit=8,
+                          eval_temperature=temperature, max_new_tokens_p=None, max_new_tokens_a=None, lr=1e-12)
+        run = train.main(cfg, grpo.GRPOConfig())
+        found[temperature] = json.loads((run / "eval.jsonl").read_text().splitlines()[0])
+    cold, hot = found[1e-6], found[3.0]
+    assert cold["eval/reward/mean"] == hot["eval/reward/mean"]  # the greedy eval of the same model
+    # almost no temperature: both draws are the greedy completion; three times as hot: worse ones
+    assert cold["eval/sampled/reward/mean"] == pytest.approx(cold["eval/reward/mean"])
+    assert hot["eval/sampled/reward/mean"] < cold["eval/reward/mean"] - 0.1
+
+
+def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(tiny_run_inputs, tmp_path, capsys):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    default = train.main(tiny_config(model_dir, data, tmp_path / "default"), gcfg)
+    on_cpu = train.main(tiny_config(model_dir, data, tmp_path / "cpu", device="cpu", ref_device="cpu"), gcfg)
+    a, b = weights(default), weights(on_cpu)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    code = cli.main(["train", "--model", str(model_dir), "--data", str(data), "--device", "cpu", "--ref-device",
+                     "cuda", "--kl-estimator", "full", "--out", str(tmp_path / "full")])
+    assert code == 2 and "--kl-estimator full needs the reference on the policy's device" in capsys.readouterr().err
 
 
 def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path):

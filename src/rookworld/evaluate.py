@@ -42,8 +42,14 @@ class EvalConfig:
         "help": "decode in bf16 from a CUDA graph (default: on with CUDA; false: fp32 eager, as on CPU)"})
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.samples < 1:
-            raise ValueError("batch_size and samples must be >= 1")
+        from rookworld.generation import check_sampling
+
+        for name in ("batch_size", "samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        check_sampling(self.temperature, self.top_p, "temperature, top_p")
 
     @property
     def greedy(self) -> bool:

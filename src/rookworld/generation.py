@@ -14,6 +14,7 @@ nucleus cut); they match to float rounding (cached vs full attention).
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -36,14 +37,23 @@ class SamplingSettings:
     max_new_tokens: int = 128
 
     def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 (use greedy decoding for argmax), got {self.temperature}")
+        if not 0 < self.temperature < math.inf:
+            raise ValueError(f"temperature must be finite and > 0 (use greedy decoding for argmax), "
+                             f"got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+def check_sampling(temperature: float, top_p: float, names: str) -> None:
+    """ValueError that names the config fields `names` when these settings cannot sample."""
+    try:
+        SamplingSettings(temperature=temperature, top_p=top_p)
+    except ValueError as exc:
+        raise ValueError(f"{names}: {exc}") from None
 
 
 @dataclass

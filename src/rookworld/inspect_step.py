@@ -67,7 +67,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     policy, tokenizer = load_model(source, device=device)
     reference = load_model(source, device=cfg.ref_device or device)[0].requires_grad_(False) if gcfg.beta > 0 else None
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
-    limits = completion_limits(cfg, tokenizer, train_samples)
+    limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
     sampler = batch_sampler(cfg, train_samples)
     samples = sampler.next(cfg.batch_size)
     d = Dist()

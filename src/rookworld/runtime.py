@@ -22,6 +22,8 @@ def default_cpu_threads() -> int:
 
 def pick_device(requested: str | None = None, threads: int | None = None) -> str:
     """`requested`, else cuda when available, else cpu; on cpu, torch uses `threads` threads (default: the cores)."""
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads {threads}: must be >= 1 (leave it out to use every core)")
     device = requested or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
         torch.set_num_threads(threads or default_cpu_threads())

@@ -110,8 +110,9 @@ class SFTConfig:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.export_dtype not in ("float32", "float16"):
             raise ValueError(f"export_dtype must be float32 or float16, got {self.export_dtype!r}")
-        for name in ("batch_size", "grad_accum", "seq_len", "eval_samples", "eval_loss_samples", "eval_batch_size"):
-            if getattr(self, name) < 1:
+        for name in ("batch_size", "grad_accum", "seq_len", "eval_samples", "eval_loss_samples", "eval_batch_size",
+                     "data_limit", "n_layer", "n_head", "n_embd", "n_positions"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("p_fraction", "fresh_a"):
             if not 0.0 <= getattr(self, name) <= 1.0:

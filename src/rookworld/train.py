@@ -30,7 +30,7 @@ from rookworld.data.batches import A_CASES
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
-from rookworld.generation import FastDecoder, Generation, SamplingSettings, decoding, generate_groups
+from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_sampling, decoding, generate_groups
 from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
 from rookworld.runtime import fast_path
@@ -166,10 +166,19 @@ class TrainConfig:
             (self.a_cases in A_CASES, f"a_cases must be one of {A_CASES}, got {self.a_cases!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
+            (all(n is None or n >= 1 for n in (self.max_new_tokens_p, self.max_new_tokens_a)),
+             f"max_new_tokens_p and max_new_tokens_a must be >= 1, got {self.max_new_tokens_p}, "
+             f"{self.max_new_tokens_a}"),
+            (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
+        checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples")]
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
+        check_sampling(self.temperature_p, self.top_p_p, "temperature_p, top_p_p")
+        check_sampling(self.temperature_a, self.top_p_a, "temperature_a, top_p_a")
+        check_sampling(self.eval_temperature, 1.0, "eval_temperature")
 
 
 # ---------------------------------------------------------------- distributed
@@ -266,9 +275,17 @@ def chunk_size(cfg: TrainConfig, d: Dist) -> int:
     return cfg.rollout_chunk or math.ceil(cfg.batch_size / d.world)
 
 
-def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample]) -> dict[str, int]:
-    """Max new tokens per task: the flags, else the longest target of the task + margin."""
+def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample], context: float) -> dict[str, int]:
+    """Max new tokens per task: the flags, else the longest target of the task + margin. A flag's limit
+    must leave the longest prompt of its task room in the model's `context`."""
     found = max_new_tokens(tokenizer, samples)
+    for task, given in (("P", cfg.max_new_tokens_p), ("A", cfg.max_new_tokens_a)):
+        if given is not None:
+            prompts = tokenizer.encode_prompts([s.prompt for s in samples if s.task == task])
+            longest = max(map(len, prompts), default=0)
+            if longest + given > context:
+                raise UserError(f"--max-new-tokens-{task.lower()} {given}: the longest {task} prompt has {longest} "
+                                f"tokens and the model's context is {context}; use at most {context - longest}")
     return {"P": cfg.max_new_tokens_p or found.get("P", 1), "A": cfg.max_new_tokens_a or found.get("A", 1)}
 
 
@@ -825,7 +842,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         reference.requires_grad_(False)
 
     train_samples, eval_samples = load_data(cfg)
-    limits = completion_limits(cfg, tokenizer, train_samples)
+    limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
     max_completion = max(limits.values())
     sampler = batch_sampler(cfg, train_samples)
     anchor_sampler = make_anchor_sampler(cfg, train_samples)

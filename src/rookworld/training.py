@@ -54,7 +54,8 @@ def check_shared(cfg: Any) -> None:
     """ValueError naming the first shared field out of range."""
     checks = [
         (cfg.steps >= 1, f"steps must be >= 1, got {cfg.steps}"),
-        (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (0 < cfg.lr < math.inf, f"lr must be finite and > 0, got {cfg.lr}"),
+        (cfg.seed >= 0, f"seed must be >= 0, got {cfg.seed}"),
         (cfg.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {cfg.lr_schedule!r}"),
         (0.0 <= cfg.min_lr_ratio <= 1.0, f"min_lr_ratio must be in [0, 1], got {cfg.min_lr_ratio}"),
         (cfg.weight_decay >= 0 and cfg.grad_clip >= 0, "weight_decay and grad_clip must be >= 0"),

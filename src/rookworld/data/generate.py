@@ -84,8 +84,11 @@ class GenerateConfig:
         if self.p_positions < 0 or self.a_samples < 0 or self.p_positions + self.a_samples == 0:
             raise ValueError("--p-positions and --a-samples must be >= 0, and not both 0")
         label_limit(self.depth, self.nodes)
-        if self.shard_size < 1 or self.selfplay_nodes < 1 or self.temperature < 0:
-            raise ValueError("--shard-size and --selfplay-nodes must be >= 1, --temperature >= 0")
+        if self.shard_size < 1 or self.selfplay_nodes < 1 or not 0 <= self.temperature < math.inf:
+            raise ValueError(f"--shard-size and --selfplay-nodes must be >= 1, --temperature finite and >= 0; got "
+                             f"{self.shard_size}, {self.selfplay_nodes}, {self.temperature}")
+        if self.seed < 0:
+            raise ValueError(f"--seed {self.seed}: must be >= 0")
         if self.side not in SPLITS:
             raise ValueError(f"--side {self.side!r}: choose one of {', '.join(SPLITS)}")
 
