@@ -166,7 +166,8 @@ def test_p_weight_and_illegal_move_flags_reach_the_reward(tmp_path):
     records[0] = {**records[0], "completion": records[0]["completion"].rsplit("B:", 1)[0] + "B: a1a1"}  # illegal
     write_jsonl(tmp_path / "in.jsonl", [json.dumps(record) for record in records])
     weights = {"best_move": 0.1, "candidates": 0.5, "evals": 0.3, "format": 0.1}
-    flags = [f"--p-{name.replace('_', '-')}-weight={w}" for name, w in weights.items()]
+    flags = ["--p-best-move-weight", "0.1", "--p-candidates-weight", "0.5", "--p-evals-weight", "0.3",
+             "--p-format-weight", "0.1"]
     scored = {}
     for run, extra in (("default", []), ("weights", flags), ("illegal", ["--best-move-illegal", "-1"])):
         assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / f"{run}.jsonl", "--stockfish",

@@ -191,9 +191,12 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_sweep_goes_on(tiny
     learn = ["--zero-std", "keep", "--entropy-coef", "0.01", "--lr", "1e-3", "--beta", "0.1", "--max-rollbacks", "0"]
     out = tmp_path / "guard"
     assert cli.main(["sweep", "--space", guard, "--trials", "1", "--out", str(out), "--storage", journal,
-                     *tiny, *learn]) == 0
+                     "--study", "guarded", *tiny, *learn]) == 0
     found = summary(out)
     assert (found["trials"], found["failed"], found["failures"]) == (1, 1, {"guard: kl runaway": 1})
+    assert found["study"] == "guarded"
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == ["guarded"]
     assert found["best_value"] is None and not (out / sweep.PLOT_FILE).exists()
     assert "rollbacks (KL" in (out / "trial-0000" / sweep.TRIAL_LOG).read_text()
     assert Path(journal).stat().st_size > 0 and not (out / sweep.DB_FILE).exists()
@@ -214,7 +217,7 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_sweep_goes_on(tiny
     assert "FAIL" in capsys.readouterr().out
 
 
-def test_median_pruner_stops_a_worse_trial_and_none_never_prunes(tiny, tmp_path):
+def test_median_pruner_its_warm_up_and_the_direction(tiny, tmp_path, capsys):
     # eval/reward/mean/n counts the eval samples: 4 with eval_limit 4, 16 with 16, so a trial of 4 is worse
     # than the median of trials of 16. The seeded sampler draws 16 then 4.
     space = space_file(tmp_path, "eval_limit = { choices = [4, 16] }")
@@ -226,11 +229,14 @@ def test_median_pruner_stops_a_worse_trial_and_none_never_prunes(tiny, tmp_path)
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{tmp_path / 'median' / sweep.DB_FILE}")
     assert study.trials[1].intermediate_values == {1: 4.0}  # pruned at its first report: the eval after step 1
 
-    for name, extra in (("none", ["--pruner", "none"]), ("warm-up", ["--pruner-warmup-steps", "3"])):
+    for name, extra, best in (("none", ["--pruner", "none"], 16), ("warm-up", ["--pruner-warmup-steps", "3"], 16),
+                              ("minimize", ["--pruner", "none", "--direction", "minimize"], 4)):
         # no pruner, or none before step 3: a trial reports after steps 1 and 2
         assert cli.main(["sweep", "--out", str(tmp_path / name), *extra, *flags]) == 0
         found = summary(tmp_path / name)
-        assert (found["complete"], found["pruned"]) == (2, 0)
+        assert (found["complete"], found["pruned"], found["best_params"]) == (2, 0, {"eval_limit": best})
+    assert cli.main(["sweep", "--out", str(tmp_path / "none"), "--direction", "minimize", *flags]) == 2
+    assert "was started with --direction maximize" in capsys.readouterr().err
 
 
 def test_sigterm_ends_the_trial_processes_and_records_the_trial(tiny, tmp_path):
