@@ -98,7 +98,7 @@ def test_balanced_a_cases_come_equally_often(shard_samples):
     mixed = Counter(s.meta["case"] for s in TaskSampler(shard_samples, p_fraction=0.0, seed=0).next(2700))
     balanced = TaskSampler(shard_samples, p_fraction=0.0, seed=0, a_cases="balanced")
     counts = Counter(s.meta["case"] for s in balanced.next(2700))
-    assert balanced.cases == sorted(counts) and len(counts) == 9
+    assert balanced.cases == {"A": sorted(counts)} and len(counts) == 9
     assert all(240 <= n <= 360 for n in counts.values()), counts  # 300 each, about 5 SE apart at most
     assert mixed["normal"] > 1400 and mixed["first_move"] < 80  # the data's own mix
     # each case's pool is visited in epochs: its first epoch shows all of its samples once
@@ -111,7 +111,7 @@ def test_balanced_a_cases_come_equally_often(shard_samples):
     rng = np.random.default_rng(0)
     rng.random()
     assert [s.meta["case"] for s in TaskSampler(shard_samples, p_fraction=0.0, seed=0, a_cases="balanced").next(50)] \
-        == [balanced.cases[rng.integers(len(balanced.cases))] for _ in range(50)]
+        == [balanced.cases["A"][rng.integers(len(balanced.cases["A"]))] for _ in range(50)]
 
 
 def test_balanced_sampler_resumes_exactly_and_refuses_an_unbalanced_state(shard_samples):
@@ -137,7 +137,7 @@ def test_sqrt_a_cases_come_in_proportion_to_the_root_of_their_counts(shard_sampl
     pools = Counter(s.meta["case"] for s in shard_samples if s.task == "A")
     root = {case: n ** 0.5 / sum(m ** 0.5 for m in pools.values()) for case, n in pools.items()}
     sampler = TaskSampler(shard_samples, p_fraction=0.0, seed=1, a_cases="sqrt")
-    assert dict(zip(sampler.cases, sampler.case_p)) == pytest.approx(root)
+    assert dict(zip(sampler.cases["A"], sampler.case_p["A"])) == pytest.approx(root)
     counts = Counter(s.meta["case"] for s in sampler.next(4000))
     for case, share in root.items():  # within 4.5 standard errors of the expected count
         assert abs(counts[case] - 4000 * share) <= 4.5 * (4000 * share * (1 - share)) ** 0.5, (case, counts)
@@ -154,7 +154,7 @@ def test_illegal2_draws_illegal_moves_twice_as_often_and_keeps_the_other_cases_m
     weight = {case: n * (2 if case == "illegal" else 1) for case, n in pools.items()}
     expected = {case: w / sum(weight.values()) for case, w in weight.items()}
     sampler = TaskSampler(shard_samples, p_fraction=0.0, seed=2, a_cases="illegal2")
-    assert dict(zip(sampler.cases, sampler.case_p)) == pytest.approx(expected)
+    assert dict(zip(sampler.cases["A"], sampler.case_p["A"])) == pytest.approx(expected)
     assert expected["illegal"] > 1.8 * pools["illegal"] / pools.total()
     counts = Counter(s.meta["case"] for s in sampler.next(4000))
     for case, share in expected.items():  # within 4.5 standard errors of the expected count
@@ -166,6 +166,37 @@ def test_unbalanced_sampling_is_unchanged_by_the_case_pools(shard_samples):
     plain = TaskSampler(shard_samples, p_fraction=1.0, seed=2)
     balanced = TaskSampler(shard_samples, p_fraction=1.0, seed=2, a_cases="balanced")
     assert _ids([plain.next(9) for _ in range(4)]) == _ids([balanced.next(9) for _ in range(4)])
+
+
+def test_p_cases_draw_positions_in_check_by_the_root_of_their_count(shard_samples):
+    from collections import Counter
+
+    from rookworld.data.cases import classify_p
+
+    pools = Counter(classify_p(s.fen) for s in shard_samples if s.task == "P")
+    assert 0.03 < pools["check"] / pools.total() < 0.12  # about 7% of the positions
+    root = {case: n ** 0.5 / sum(m ** 0.5 for m in pools.values()) for case, n in pools.items()}
+    sampler = TaskSampler(shard_samples, p_fraction=1.0, seed=1, p_cases="sqrt")
+    assert sampler.cases == {"P": ["check", "normal"]}
+    assert dict(zip(sampler.cases["P"], sampler.case_p["P"])) == pytest.approx(root)
+    drawn = sampler.next(3000)
+    checks = sum(classify_p(s.fen) == "check" for s in drawn)
+    assert abs(checks - 3000 * root["check"]) <= 4.5 * (3000 * root["check"] * (1 - root["check"])) ** 0.5
+    balanced = Counter(classify_p(s.fen) for s in TaskSampler(shard_samples, p_fraction=1.0, seed=1,
+                                                               p_cases="balanced").next(1000))
+    assert 430 <= balanced["check"] <= 570, balanced
+    # A rows drawn as the data has them are the same rows whatever the P cases
+    a_rows = lambda cases: [s.prompt for s in TaskSampler(shard_samples, seed=3, p_cases=cases).next(200)  # noqa: E731
+                            if s.task == "A"]
+    assert a_rows("sqrt") == a_rows("mix")
+    state = json.loads(json.dumps(sampler.state_dict()))
+    again = TaskSampler(shard_samples, p_fraction=1.0, seed=1, p_cases="sqrt")
+    again.load_state_dict(state)
+    assert _ids([again.next(16)]) == _ids([sampler.next(16)])
+    with pytest.raises(UserError, match="--p-cases"):
+        TaskSampler(shard_samples, p_fraction=1.0, seed=1).load_state_dict(state)
+    with pytest.raises(UserError, match="p_cases one of"):
+        TaskSampler(shard_samples, p_cases="illegal2")
 
 
 def test_a_p_pool_revisits_the_same_positions_and_leaves_the_a_rows_alone(shard_samples):

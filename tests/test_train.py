@@ -548,6 +548,18 @@ def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_pat
         train.TrainConfig(a_cases="rare")
 
 
+def test_p_cases_reach_the_grpo_sampler(tiny_run_inputs, tmp_path):
+    from rookworld.data.cases import classify_p
+
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "run", p_cases="balanced", p_fraction=1.0)
+    samples, _ = train.load_data(cfg)
+    in_check = lambda rows: sum(classify_p(s.fen) == "check" for s in rows)  # noqa: E731
+    positions = [s for s in samples if s.task == "P"]
+    assert 0 < in_check(positions) < 0.2 * len(positions)  # few of the fixture rows
+    assert 60 <= in_check(train.batch_sampler(cfg, samples).next(200)) <= 140  # half the rows
+
+
 def test_a_p_pool_trains_on_the_same_positions_again(tiny_run_inputs, tmp_path):
     """--p-pool N: every P prompt of a run is one of N positions; the flag reaches the sampler."""
     from rookworld.train import add_arguments
@@ -720,6 +732,7 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--log-samples", "-1"], "log_samples must be >= 0, got -1"),
     (["--max-rollbacks", "-1"], "max_rollbacks must be >= 0, got -1"),
     (["--resample-rounds", "-1"], "resample_rounds must be >= 0, got -1"),
+    (["--p-cases", "illegal2"], "p_cases must be one of ('mix', 'balanced', 'sqrt')"),
 ])
 def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
     code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])

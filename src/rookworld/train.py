@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from rookworld import checkpoint, credit, grpo, training
-from rookworld.data.batches import A_CASES
+from rookworld.data.batches import A_CASES, P_CASES
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
@@ -62,6 +62,10 @@ class TrainConfig:
                 "e.g. first move, castling, illegal move, equally often), 'sqrt' (each case in proportion to "
                 "the square root of its count: between the two) or 'illegal2' (the mix with illegal moves "
                 "counted twice)"})
+    p_cases: str = field(default="mix", metadata={
+        "help": "P prompts of the GRPO batches: 'mix' (as the training data has them; on the embedded set 7%% of "
+                "the positions have the side to move in check), 'balanced' (positions in check and the others "
+                "equally often) or 'sqrt' (each in proportion to the square root of its count: checks 7%% -> 21%%)"})
     p_pool: int = field(default=0, metadata={
         "help": "P prompts from this many training positions drawn at random (seeded), each revisited every "
                 "p_pool P prompts, instead of each position once (0: every position)"})
@@ -164,6 +168,7 @@ class TrainConfig:
             (self.anchor_mode in ANCHOR_MODES, f"anchor_mode must be one of {ANCHOR_MODES}, "
                                                f"got {self.anchor_mode!r}"),
             (self.a_cases in A_CASES, f"a_cases must be one of {A_CASES}, got {self.a_cases!r}"),
+            (self.p_cases in P_CASES, f"p_cases must be one of {P_CASES}, got {self.p_cases!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
             (all(n is None or n >= 1 for n in (self.max_new_tokens_p, self.max_new_tokens_a)),
@@ -578,7 +583,7 @@ def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     from rookworld.data.batches import TaskSampler
 
     return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed,
-                       a_cases=cfg.a_cases, p_pool=cfg.p_pool)
+                       a_cases=cfg.a_cases, p_pool=cfg.p_pool, p_cases=cfg.p_cases)
 
 
 def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):

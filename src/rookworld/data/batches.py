@@ -11,6 +11,9 @@ normal moves 76% -> 40% of A rows, illegal moves 6% -> 11%), between the data's 
 'illegal2' keeps the data's mix but counts illegal moves twice (6% -> 11%, the other cases in their own
 proportions), from an estimate that GRPO's A groups push the legal/illegal choice toward "legal" two to one
 (measured: it did not keep the illegal moves; docs/experiments.md).
+With `p_cases` 'balanced' or 'sqrt' the P rows are drawn the same way by the position's case (`cases.classify_p`:
+the side to move in check, or not): on the embedded set 7% of the P positions are checks, where the base model's
+`B:` move is illegal three times in four; 'sqrt' draws them for 21% of the P rows (docs/experiments.md).
 With `p_pool` N > 0 the P rows come from N positions drawn at random (seeded) once, so a run visits each of
 them every N P rows instead of each position once, after 64 positions seen 25 times taught more than single
 visits (measured in the default mix: the pooled positions are learnt, the unseen games no better; docs/experiments.md).
@@ -25,11 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from rookworld.data.cases import classify_p
 from rookworld.data.position import PHASES
 from rookworld.data.record import TASKS, Sample
 from rookworld.errors import UserError
 
 A_CASES = ("mix", "balanced", "sqrt", "illegal2")  # how A rows are drawn by case (module docstring)
+P_CASES = ("mix", "balanced", "sqrt")  # how P rows are drawn by case
 P_POOL_STREAM = 7919  # the P pool's random stream, apart from the epochs' and the batches'
 CASE_WEIGHTS = {"balanced": lambda case, n: 1.0, "sqrt": lambda case, n: math.sqrt(n),
                 "illegal2": lambda case, n: 2.0 * n if case == "illegal" else float(n)}
@@ -62,12 +67,14 @@ class SampleFilter:
 
 class TaskSampler:
     def __init__(self, samples: Sequence[Sample], p_fraction: float = 0.5, seed: int = 0,
-                 sample_filter: SampleFilter | None = None, a_cases: str = "mix", p_pool: int = 0) -> None:
+                 sample_filter: SampleFilter | None = None, a_cases: str = "mix", p_pool: int = 0,
+                 p_cases: str = "mix") -> None:
         if not 0.0 <= p_fraction <= 1.0:
             raise UserError(f"p_fraction must be in [0, 1], got {p_fraction}")
-        if a_cases not in A_CASES:
-            raise UserError(f"a_cases must be one of {A_CASES}, got {a_cases!r}")
-        self.a_cases = a_cases
+        if a_cases not in A_CASES or p_cases not in P_CASES:
+            raise UserError(f"a_cases must be one of {A_CASES} and p_cases one of {P_CASES}, got {a_cases!r}, "
+                            f"{p_cases!r}")
+        self.case_modes = {"A": a_cases, "P": p_cases}
         self.p_pool = p_pool
         self.samples = samples
         self.p_fraction = p_fraction
@@ -85,14 +92,20 @@ class TaskSampler:
         if needed:
             raise UserError(f"the P:A mix (p_fraction={p_fraction}) needs {' and '.join(needed)} samples, but "
                             f"none of the {len(samples)} samples pass the filter {self.filter}")
-        # pool names: the tasks, then when drawing by case one "A/<case>" pool per A case, in sorted order
-        by_case: dict[str, list[int]] = {}
-        for i in self.pools["A"] if a_cases != "mix" else []:
-            by_case.setdefault(samples[i].meta.get("case", "normal"), []).append(i)
-        self.cases = sorted(by_case)
-        self.pools.update({f"A/{case}": by_case[case] for case in self.cases})
-        weights = np.array([CASE_WEIGHTS[a_cases](c, len(by_case[c])) for c in self.cases])
-        self.case_p = weights / weights.sum() if self.cases else weights  # each case's chance per A row
+        # pool names: the tasks, then when drawing by case one "A/<case>" pool per A case, in sorted order,
+        # then the "P/<case>" pools (after A's, so that runs drawing A by case keep their pools' streams)
+        self.cases: dict[str, list[str]] = {}
+        self.case_p: dict[str, np.ndarray] = {}
+        for task in ("A", "P"):
+            by_case: dict[str, list[int]] = {}
+            for i in self.pools[task] if self.case_modes[task] != "mix" else []:
+                by_case.setdefault(self._case_of(samples[i]), []).append(i)
+            if not by_case:
+                continue
+            self.cases[task] = sorted(by_case)
+            self.pools.update({f"{task}/{case}": by_case[case] for case in self.cases[task]})
+            weights = np.array([CASE_WEIGHTS[self.case_modes[task]](c, len(by_case[c])) for c in self.cases[task]])
+            self.case_p[task] = weights / weights.sum()  # each case's chance per row of the task
         self._rng = np.random.default_rng(seed)
         self._epoch = {name: 0 for name in self.pools}
         self._cursor = {name: 0 for name in self.pools}
@@ -106,15 +119,19 @@ class TaskSampler:
             self._orders[name] = (epoch, rng.permutation(len(self.pools[name])))
         return self._orders[name][1]
 
+    @staticmethod
+    def _case_of(sample: Sample) -> str:
+        return sample.meta.get("case", "normal") if sample.task == "A" else classify_p(sample.fen)
+
     def _draw(self, task: str, count: int) -> list[Sample]:
-        if task == "A" and self.cases:
-            return [self._next_of(f"A/{self.cases[self._case()]}") for _ in range(count)]
+        if task in self.cases:
+            return [self._next_of(f"{task}/{self.cases[task][self._case(task)]}") for _ in range(count)]
         return [self._next_of(task) for _ in range(count)]
 
-    def _case(self) -> int:
-        if self.a_cases == "balanced":  # uniform, as before 'sqrt' existed: the same seed draws the same rows
-            return int(self._rng.integers(len(self.cases)))
-        return int(self._rng.choice(len(self.cases), p=self.case_p))
+    def _case(self, task: str) -> int:
+        if self.case_modes[task] == "balanced":  # uniform, as before 'sqrt' existed: the same seed draws the same rows
+            return int(self._rng.integers(len(self.cases[task])))
+        return int(self._rng.choice(len(self.cases[task]), p=self.case_p[task]))
 
     def _next_of(self, name: str) -> Sample:
         if self._cursor[name] == len(self.pools[name]):
@@ -137,7 +154,8 @@ class TaskSampler:
 
     def _identity(self) -> dict[str, Any]:
         """What a saved state must match (the pool sizes name the A cases)."""
-        return {"seed": self.seed, "p_fraction": self.p_fraction, "a_cases": self.a_cases, "p_pool": self.p_pool,
+        return {"seed": self.seed, "p_fraction": self.p_fraction, "a_cases": self.case_modes["A"],
+                "p_cases": self.case_modes["P"], "p_pool": self.p_pool,
                 "sizes": {t: len(p) for t, p in self.pools.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -147,11 +165,12 @@ class TaskSampler:
         # states saved before 'sqrt' existed name no a_cases: their case pools say 'balanced'
         legacy = "balanced" if any(name.startswith("A/") for name in state.get("sizes", {})) else "mix"
         theirs = ({key: state.get(key) for key in mine}
-                  | {"a_cases": state.get("a_cases", legacy), "p_pool": state.get("p_pool", 0)})
+                  | {"a_cases": state.get("a_cases", legacy), "p_cases": state.get("p_cases", "mix"),
+                     "p_pool": state.get("p_pool", 0)})
         if theirs != mine:
             raise UserError(f"sampler state was saved for {theirs}, but this sampler has {mine}: "
-                            "resume with the same data, filter, seed, p_fraction, A cases (--a-cases) and P pool "
-                            "(--p-pool)")
+                            "resume with the same data, filter, seed, p_fraction, A and P cases (--a-cases, "
+                            "--p-cases) and P pool (--p-pool)")
         self._epoch = dict(state["epoch"])
         self._cursor = dict(state["cursor"])
         self._rng.bit_generator.state = state["rng"]

@@ -1,4 +1,5 @@
-"""A-task cases: what kind of transition a sample exercises, and how to find moves of a rare kind.
+"""Task cases: what kind of transition an A sample exercises (and how to find moves of a rare kind), and
+what kind of position a P sample asks about.
 
 The original RookWorld A data is almost all ordinary moves; RookWorld-LM fails on most rare cases, so
 the generator adds them on purpose and every A sample's meta.case names its kind.
@@ -22,6 +23,12 @@ MOVE_CASES = ("checkmate", "stalemate", "insufficient_material", "promotion", "e
 # The opponent keeps at most this many pieces (king included) in positions scanned for stalemates and
 # draws by insufficient material: with more, neither practically occurs, and checking costs a push.
 _FEW_PIECES = 4
+
+
+def classify_p(fen: str) -> str:
+    """The case of a P position: "check" when the side to move is in check (the base model's best move is
+    illegal in most of them), else "normal"."""
+    return "check" if chess.Board(fen).is_check() else "normal"
 
 
 def classify_a(fen: str, move: str, transition: Transition) -> str:
