@@ -539,11 +539,11 @@ def test_balanced_a_cases_draw_the_grpo_prompts_by_case(tiny_run_inputs, tmp_pat
                                                                 "--anchor-mode", "project"]))
     assert sqrt_cfg.anchor_mode == "project"
     illegal2_cfg, _, _ = train.configs_from_args(parser.parse_args(["--a-cases", "illegal2"]))
-    assert train.batch_sampler(replace(illegal2_cfg, p_fraction=0.0), samples).a_cases == "illegal2"
+    assert train.batch_sampler(replace(illegal2_cfg, p_fraction=0.0), samples).case_modes["A"] == "illegal2"
     in_sqrt = case(train.batch_sampler(replace(sqrt_cfg, p_fraction=0.0), samples).next(900))
     assert in_mix[rarest] < in_sqrt[rarest] < in_balance[rarest] and in_balance["normal"] < in_sqrt["normal"]
     anchors = train.make_anchor_sampler(replace(sqrt_cfg, anchor_rows=4), samples)
-    assert anchors.a_cases == "sqrt" and anchors.cases == sorted(cases)
+    assert anchors.case_modes["A"] == "sqrt" and anchors.cases == {"A": sorted(cases)}
     with pytest.raises(ValueError, match="a_cases must be one of"):
         train.TrainConfig(a_cases="rare")
 
