@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rookworld.errors import UserError
 from rookworld.model import GPT, KVCache
 
 CACHE_SLOT_MULTIPLE = 16
@@ -54,6 +55,14 @@ def check_sampling(temperature: float, top_p: float, names: str) -> None:
         SamplingSettings(temperature=temperature, top_p=top_p)
     except ValueError as exc:
         raise ValueError(f"{names}: {exc}") from None
+
+
+def check_room(flag: str, max_new_tokens: int, prompts: str, longest: int, context: float) -> None:
+    """UserError naming `flag` when `max_new_tokens` after the longest of `prompts` (its length `longest`) would
+    not fit the model's context."""
+    if longest + max_new_tokens > context:
+        raise UserError(f"{flag} {max_new_tokens}: the longest {prompts} has {longest} tokens and the model's "
+                        f"context is {context}; use at most {context - longest}")
 
 
 @dataclass

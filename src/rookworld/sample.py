@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from rookworld.generation import SamplingSettings, generate_groups
+    from rookworld.generation import SamplingSettings, check_room, generate_groups
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
 
@@ -49,9 +49,8 @@ def run(args: argparse.Namespace) -> int:
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:
         max_new_tokens = min(DEFAULT_MAX_NEW_TOKENS, context - longest)
-    elif longest + max_new_tokens > context:
-        raise UserError(f"--max-new-tokens {max_new_tokens}: the longest prompt has {longest} tokens and the "
-                        f"model's context is {context}; use at most {context - longest}")
+    else:
+        check_room("--max-new-tokens", max_new_tokens, "prompt", longest, context)
     if max_new_tokens < 1:
         raise UserError(f"--prompt: the longest prompt has {longest} tokens, the model's whole context "
                         f"({context}); shorten it")

@@ -30,7 +30,15 @@ from rookworld.data.batches import A_CASES, P_CASES
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model, max_new_tokens
-from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_sampling, decoding, generate_groups
+from rookworld.generation import (
+    FastDecoder,
+    Generation,
+    SamplingSettings,
+    check_room,
+    check_sampling,
+    decoding,
+    generate_groups,
+)
 from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
 from rookworld.runtime import fast_path
@@ -287,10 +295,8 @@ def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample], contex
     for task, given in (("P", cfg.max_new_tokens_p), ("A", cfg.max_new_tokens_a)):
         if given is not None:
             prompts = tokenizer.encode_prompts([s.prompt for s in samples if s.task == task])
-            longest = max(map(len, prompts), default=0)
-            if longest + given > context:
-                raise UserError(f"--max-new-tokens-{task.lower()} {given}: the longest {task} prompt has {longest} "
-                                f"tokens and the model's context is {context}; use at most {context - longest}")
+            check_room(f"--max-new-tokens-{task.lower()}", given, f"{task} prompt", max(map(len, prompts), default=0),
+                       context)
     return {"P": cfg.max_new_tokens_p or found.get("P", 1), "A": cfg.max_new_tokens_a or found.get("A", 1)}
 
 

@@ -105,10 +105,6 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from rookworld.errors import UserError
-
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
     serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
     return 0
