@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rookworld.generation import left_pad
-from rookworld.model import GPT, GPTConfig, KVCache, SharedPrompts, token_logprobs
+from rookworld.model import GPT, GPTConfig, KVCache, SharedPrompts, grow_depth, token_logprobs
 
 PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
 
@@ -230,3 +230,23 @@ def test_token_logprobs_reject_bad_masks(tiny_gpt):
         token_logprobs(model, ids, torch.tensor([[False, True]]))
     with pytest.raises(ValueError, match="reference"):
         token_logprobs(model, ids, torch.tensor([[False, True, True]]), kl=True)
+
+
+def test_a_deepened_model_computes_the_same_function_and_its_new_layers_learn(tiny_gpt):
+    model = tiny_gpt()
+    old_blocks = list(model.h)
+    ids, mask = left_pad(PROMPTS, pad_id=0)
+    before = model(ids, attention_mask=mask)
+    grown = grow_depth(model, 5).eval()
+    assert grown.config.n_layer == 5 and len(grown.h) == 5
+    # 2 -> 5: old, new, old, new, new (the new ones spread in step with the old)
+    assert [any(b is old for old in old_blocks) for b in grown.h] == [True, False, True, False, False]
+    torch.testing.assert_close(grown(ids, attention_mask=mask), before, rtol=0, atol=0)
+    # The new blocks are no copies frozen at zero: one optimizer step moves the function.
+    optimizer = torch.optim.SGD(grown.parameters(), lr=0.1)
+    F.cross_entropy(grown(ids)[0, :-1], ids[0, 1:]).backward()
+    assert grown.h[1].attn.c_proj.weight.grad.abs().sum() > 0
+    optimizer.step()
+    assert not torch.equal(grown(ids, attention_mask=mask), before)
+    with pytest.raises(ValueError, match="cannot grow to 1"):
+        grow_depth(grown, 1)

@@ -202,6 +202,28 @@ def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_p
     assert read_metadata(stage2)["init_from_record"] == first
 
 
+def test_init_from_with_more_layers_deepens_the_model_from_the_same_function(data_file, tmp_path, capsys):
+    main(_config(data_file, tmp_path / "base", steps=1, eval_every=0))
+    base = tmp_path / "base" / checkpoint.LAST
+    assert cli.main(["sft", "--data", str(data_file), "--init-from", str(base), "--n-layer", "3", "--steps", "1",
+                     "--lr", "1e-9", "--eval-every", "0", "--out", str(tmp_path / "deep"), "--tensorboard",
+                     "false"]) == 0
+    small, _ = load_model(base)
+    deep, _ = load_model(tmp_path / "deep" / checkpoint.LAST)
+    assert (small.config.n_layer, deep.config.n_layer) == (1, 3)
+    assert deep.num_parameters() == small.num_parameters() + 2 * sum(p.numel() for p in small.h[0].parameters())
+    ids = torch.tensor([[0, 80, 58, 32, 114, 110, 98]])
+    torch.testing.assert_close(deep(ids), small(ids), rtol=0, atol=1e-5)  # one step at lr 1e-9 from the same
+    for flags, message in ((["--n-layer", "0"], "n_layer must be >= 1"),
+                           (["--n-layer", "2"], "--n-layer 2: "),  # the model has 3 now: layers are only added
+                           (["--n-embd", "64"], "--n-embd 64: "),
+                           (["--n-head", "1", "--n-positions", "64"], "--n-head 1, --n-positions 64: ")):
+        code = cli.main(["sft", "--data", str(data_file), "--init-from", str(tmp_path / "deep" / checkpoint.LAST),
+                         *flags, "--steps", "1", "--eval-every", "0", "--out", str(tmp_path / "bad"),
+                         "--tensorboard", "false"])
+        assert code == 2 and message in one_error_line(capsys)
+
+
 def test_cli_resume_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["sft", "--resume", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err

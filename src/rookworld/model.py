@@ -299,6 +299,29 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+def grow_depth(model: GPT, n_layer: int) -> GPT:
+    """`model` with `n_layer` blocks, computing the same function: the new blocks are spread evenly between
+    the old ones (LLaMA Pro's block expansion) and start as identities, their output projections zero, so
+    a grown model continues its training from where the smaller one stopped instead of from scratch."""
+    old = len(model.h)
+    if n_layer < old:
+        raise ValueError(f"a model of {old} layers cannot grow to {n_layer}")
+    grown = GPT(GPTConfig(**{**model.config.to_dict(), "n_layer": n_layer}))
+    grown.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("h.")}, strict=False)
+    blocks: list[nn.Module] = []
+    for i, block in enumerate(model.h, start=1):
+        blocks.append(block)
+        while len(blocks) - i < (n_layer - old) * i // old:  # new blocks so far: in step with the old ones
+            new = grown.h[len(blocks)]
+            for proj in (new.attn.c_proj, new.mlp.c_proj):
+                nn.init.zeros_(proj.weight)
+                nn.init.zeros_(proj.bias)
+            blocks.append(new)
+    grown.h = nn.ModuleList(blocks)
+    first = next(model.parameters())
+    return grown.to(device=first.device, dtype=first.dtype)
+
+
 @dataclass
 class TokenLogProbs:
     """Per-token statistics aligned with the input ids: entry (b, t) is about token t given tokens < t.

@@ -1,7 +1,8 @@
 """`rookworld sft [--config FILE] [--preset tiny] [--data embedded] [--out runs/sft] [--resume OUT]`
 
 Supervised training of a RookWorld GPT on P and A samples, from scratch (a size preset, a chess
-tokenizer trained on the data) or from a checkpoint (`--init-from DIR|hub id`).
+tokenizer trained on the data) or from a checkpoint (`--init-from DIR|hub id`), optionally deepened
+(`--n-layer`: new layers spread between the old ones, starting as identities; `model.grow_depth`).
 
 Two ways to turn samples into training rows (`--mode`):
 - `target` (default): one sample per row, `[eos] + prompt + target + [eos]`, right-padded; the loss
@@ -63,7 +64,9 @@ class SFTConfig:
     init_from: str | None = field(default=None, metadata={"help": "start from this checkpoint directory or "
                                                           "hub id instead of a new model"})
     preset: str = field(default="tiny", metadata={"help": f"size of a new model: {', '.join(PRESETS)}"})
-    n_layer: int | None = field(default=None, metadata={"help": "layers of a new model (overrides the preset)"})
+    n_layer: int | None = field(default=None, metadata={"help": "layers of a new model (overrides the preset); "
+                                                        "with --init-from, more layers than the model has "
+                                                        "deepens it (new layers start as identities)"})
     n_head: int | None = field(default=None, metadata={"help": "attention heads of a new model"})
     n_embd: int | None = field(default=None, metadata={"help": "width of a new model"})
     n_positions: int | None = field(default=None, metadata={"help": "context length of a new model"})
@@ -300,6 +303,23 @@ def new_model(cfg: SFTConfig, train_samples: Sequence[Sample]) -> tuple[GPT, Tok
     return GPT(config), tokenizer
 
 
+def grown(cfg: SFTConfig, model: GPT, tokenizer: Tokenizer) -> tuple[GPT, Tokenizer]:
+    """The --init-from model, deepened to --n-layer (model.grow_depth); its other sizes are its own."""
+    from rookworld.model import grow_depth
+
+    changed = [f"--{name.replace('_', '-')} {getattr(cfg, name)}" for name in ("n_head", "n_embd", "n_positions")
+               if getattr(cfg, name) not in (None, getattr(model.config, name))]
+    if changed:
+        raise UserError(f"{', '.join(changed)}: {cfg.init_from} keeps its own width, heads and context; "
+                        "with --init-from only --n-layer may change (it adds layers); drop the others")
+    if cfg.n_layer is None or cfg.n_layer == model.config.n_layer:
+        return model, tokenizer
+    if cfg.n_layer < model.config.n_layer:
+        raise UserError(f"--n-layer {cfg.n_layer}: {cfg.init_from} has {model.config.n_layer} layers and "
+                        "layers are only added; use at least that many")
+    return grow_depth(model, cfg.n_layer), tokenizer
+
+
 def command_line(cfg: SFTConfig) -> str:
     """The `rookworld sft` command that sets this config's non-default fields."""
     parts = ["rookworld", "sft"]
@@ -348,7 +368,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
         state = checkpoint.load_state(found)
         model, tokenizer = load_model(found)
     elif cfg.init_from:
-        model, tokenizer = load_model(cfg.init_from)
+        model, tokenizer = grown(cfg, *load_model(cfg.init_from))
     else:
         model, tokenizer = new_model(cfg, train_set.samples)
     model.to(device).train()
