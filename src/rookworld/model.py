@@ -302,7 +302,8 @@ class GPT(nn.Module):
 def grow_depth(model: GPT, n_layer: int) -> GPT:
     """`model` with `n_layer` blocks, computing the same function: the new blocks are spread evenly between
     the old ones (LLaMA Pro's block expansion) and start as identities, their output projections zero, so
-    a grown model continues its training from where the smaller one stopped instead of from scratch."""
+    a grown model continues its training from where the smaller one stopped instead of from scratch. The old
+    blocks are moved, not copied: `model` is not to be used beside the result."""
     old = len(model.h)
     if n_layer < old:
         raise ValueError(f"a model of {old} layers cannot grow to {n_layer}")
