@@ -57,7 +57,7 @@ def check_sampling(temperature: float, top_p: float, names: str) -> None:
         raise ValueError(f"{names}: {exc}") from None
 
 
-def check_room(flag: str, max_new_tokens: int, prompts: str, longest: int, context: float) -> None:
+def check_room(flag: str, max_new_tokens: int, prompts: str, longest: int, context: int) -> None:
     """UserError naming `flag` when `max_new_tokens` after the longest of `prompts` (its length `longest`) would
     not fit the model's context."""
     if longest + max_new_tokens > context:
