@@ -12,7 +12,7 @@ autocast update; TRL fp32), zero-std groups kept (no resampling: TRL cannot resa
 then --steps timed steps, in a fresh process of its own (spawned one after the other: rookworld, then
 TRL), so peak memory and allocator state do not leak between them.
 
-rookworld: the trainer's own functions (`train.collect` -> `rollout_chunk`, `grpo.advantages`,
+rookworld: the trainer's own functions (`rollout.collect` -> `rollout_chunk`, `grpo.advantages`,
 `train.learning_groups`, `train.Batch`, `train.policy_update`) with the TrainConfig / GRPOConfig that
 `rookworld train --zero-std keep --engine-rewards false` builds; generate and reward are the trainer's
 `time/generate` and `time/reward`, update the rest of the step (reference log-probs included).
@@ -135,7 +135,7 @@ def peak_memory_mb(device: str) -> float:
 def run_rookworld(spec: Spec) -> Result:
     """The trainer's step on spec.batches, as rookworld.train.main runs it (less logging and guards)."""
     start_process(spec)
-    from rookworld import grpo, train, training
+    from rookworld import grpo, rollout, runtime, train, training
     from rookworld.generation import FastDecoder
     from rookworld.hub import load_model
     from rookworld.rewards import RewardConfig
@@ -146,13 +146,13 @@ def run_rookworld(spec: Spec) -> Result:
                             engine_rewards=False, max_new_tokens_p=L, max_new_tokens_a=L,
                             micro_batch_size=spec.micro_batch_size, seed=spec.seed, device=spec.device,
                             threads=spec.threads, eval_every=0, fast_decode=spec.fast_decode)
-    gcfg, rcfg, d = grpo.GRPOConfig(beta_a_scale=1.0), RewardConfig(), train.Dist()  # TRL: one beta for all rows
+    gcfg, rcfg, d = grpo.GRPOConfig(beta_a_scale=1.0), RewardConfig(), runtime.Dist()  # TRL: one beta for all rows
     policy, tokenizer = load_model(spec.model_dir, device=spec.device)
     policy.train()
     reference, _ = load_model(spec.model_dir, device=spec.device)
     reference.requires_grad_(False)
     decoder = FastDecoder(policy) if fast_path(cfg.fast_decode, spec.device) else None  # the trainer's CUDA path
-    limits = train.completion_limits(cfg, tokenizer, [], policy.config.n_positions)  # the flags': {"P": L, "A": L}
+    limits = rollout.completion_limits(cfg, tokenizer, [], policy.config.n_positions)  # the flags': {"P": L, "A": L}
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     state = train.RunState()
@@ -166,7 +166,7 @@ def run_rookworld(spec: Spec) -> Result:
         t0 = time.perf_counter()
         if decoder is not None:
             decoder.sync(policy)
-        groups, summaries = train.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings, rcfg,
+        groups, summaries = rollout.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings, rcfg,
                                           decoder)
         adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
         learn = train.learning_groups(groups, adv, cfg)

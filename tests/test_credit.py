@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import FIXTURES
 
-from rookworld import credit, grpo, text, train
+from rookworld import credit, grpo, rollout, text, train
 from rookworld.data.record import Sample
 from rookworld.rewards import DEFAULT_CONFIG, reweigh
 from rookworld.tokenizer import Tokenizer
@@ -31,7 +31,7 @@ def test_token_fields_split_at_the_markers():
     assert credit.token_fields(COMPLETION.replace("e2e4", "e2é4"), starts) is None  # not ASCII: no offsets
 
 
-def _group(tokenizer: Tokenizer, sample: Sample, completions: list[str], components: list[dict]) -> train.Group:
+def _group(tokenizer: Tokenizer, sample: Sample, completions: list[str], components: list[dict]) -> rollout.Group:
     """A group as sampling leaves it: prompt ids, completion ids + EOS, right-padded, masks."""
     prompt = tokenizer.encode_prompts([sample.prompt])[0]
     rows = [tokenizer.encode(c) + [tokenizer.eos_id] for c in completions]
@@ -41,7 +41,7 @@ def _group(tokenizer: Tokenizer, sample: Sample, completions: list[str], compone
     for i, row in enumerate(rows):
         sequences[i, :len(prompt) + len(row)] = torch.tensor(prompt + row)
         completion_mask[i, len(prompt):len(prompt) + len(row)] = True
-    return train.Group(sample, sequences, completion_mask | (sequences != 0), completion_mask,
+    return rollout.Group(sample, sequences, completion_mask | (sequences != 0), completion_mask,
                        torch.zeros(len(rows), width), torch.ones(len(rows), dtype=torch.bool), completions,
                        [reweigh(c, WEIGHTS) if "best_move" in c else c["r"] for c in components], components, 1.0)
 
@@ -60,7 +60,7 @@ def test_each_field_of_a_p_completion_gets_its_own_components_advantage(name, gp
     a = Sample("A", "A: 8/8/8/8/8/8/8/K6k w - - 0 1+a1a2+a1a2+", "x")
     groups = [_group(tokenizer, p, completions, components),
               _group(tokenizer, a, ["x", "y", "x", "z"], [{"r": r} for r in (1.0, 0.0, 1.0, 0.5)])]
-    summaries = [train.GroupSummary.of(g) for g in groups]
+    summaries = [rollout.GroupSummary.of(g) for g in groups]
     gcfg = grpo.GRPOConfig(credit="field")
     adv = train.step_advantages(summaries, gcfg, None)
     tokens = train.group_advantages(groups, [0, 1], summaries, adv, gcfg, WEIGHTS, tokenizer, torch.device("cpu"))

@@ -15,7 +15,7 @@ import torch
 from conftest import one_error_line
 from safetensors.torch import load_file
 
-from rookworld import checkpoint, cli, grpo, train
+from rookworld import checkpoint, cli, grpo, rollout, runtime, train
 from rookworld.model import GPT, GPTConfig
 
 pytestmark = pytest.mark.stockfish
@@ -129,17 +129,17 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0][::20][:4]
     limits = {"P": 24, "A": 24}
-    plain = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), {})
-    groups = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), {}, greedy=True)
+    plain = rollout.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, runtime.Dist(), {})
+    groups = rollout.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, runtime.Dist(), {}, greedy=True)
     ids = tokenizer.encode_prompts([s.prompt for s in samples])
-    settings = [train.sampling_settings(cfg, limits, s.task) for s in samples]
+    settings = [rollout.sampling_settings(cfg, limits, s.task) for s in samples]
     best = tokenizer.decode_batch(generate_groups(policy, ids, 1, settings, tokenizer.eos_id, greedy=True)
                                   .completions())
     expected = score_batch([(s.prompt, text, s.analysis) for s, text in zip(samples, best)], None)
     for g, p, want in zip(groups, plain, expected):
         assert p.greedy is None and g.greedy == want
         assert torch.equal(g.sequences, p.sequences) and g.rewards == p.rewards
-    summaries = [train.GroupSummary.of(g) for g in groups]
+    summaries = [rollout.GroupSummary.of(g) for g in groups]
     adv = train.step_advantages(summaries, grpo.GRPOConfig(baseline="greedy"), None)
     for b, g in enumerate(groups):
         rewards = torch.tensor(g.rewards)
@@ -150,7 +150,7 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
         mine = [g.greedy.reward for g in groups if g.sample.task == task]
         assert metrics[f"reward/{task}/greedy"] == pytest.approx(sum(mine) / len(mine))
     rcfg = RewardConfig(reward_warmup_steps=2)  # the warm-up weighs the greedy score as the samples'
-    warm = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), {}, rcfg, greedy=True)
+    warm = rollout.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, runtime.Dist(), {}, rcfg, greedy=True)
     for g, w in zip(groups, warm):
         assert w.greedy.components == g.greedy.components
         assert w.greedy.reward == reweigh(g.greedy.components, weights_at(rcfg, 0)[g.sample.task])
@@ -160,7 +160,7 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
 def test_each_task_is_compared_with_its_own_baseline():
     """--baseline-a: A groups against their baseline, P groups against theirs, in one step."""
     def summary(task, rewards, greedy=None):
-        return train.GroupSummary(task, rewards, [{}] * len(rewards), [5] * len(rewards), [False] * len(rewards),
+        return rollout.GroupSummary(task, rewards, [{}] * len(rewards), [5] * len(rewards), [False] * len(rewards),
                                   greedy)
     summaries = [summary("P", [1.0, 0.0, 0.5, 0.5], 0.9), summary("A", [1.0, 0.0, 1.0, 1.0], 1.0),
                  summary("A", [0.0, 0.0, 0.0, 0.0], 1.0), summary("P", [0.2, 0.2, 0.2, 0.2], 0.0)]
@@ -192,7 +192,7 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0][::20][:4]
     assert {s.task for s in samples} == {"P", "A"}
-    groups = train.rollout(policy, tokenizer, samples, cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
+    groups = rollout.rollout(policy, tokenizer, samples, cfg, {"P": 24, "A": 24}, 0, 0, None, runtime.Dist(), {})
     batch = train.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
     assert sorted(set(batch.temperature.tolist())) == pytest.approx([0.6, 1.4])
     for mb in batch.micro_batches(64):
@@ -217,23 +217,23 @@ def test_chunks_are_scored_on_a_second_thread_with_the_same_rewards(tiny_run_inp
     samples = train.load_data(cfg)[0][::10][:6]
     limits = {"P": 24, "A": 24}
     threads = []
-    score_chunk = train.score_chunk
+    score_chunk = rollout.score_chunk
 
     def recording(*args):
         threads.append(threading.current_thread() is threading.main_thread())
         return score_chunk(*args)
 
-    monkeypatch.setattr(train, "score_chunk", recording)
+    monkeypatch.setattr(rollout, "score_chunk", recording)
     timings: dict[str, float] = {}
-    groups = train.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, train.Dist(), timings)
+    groups = rollout.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, runtime.Dist(), timings)
     assert threads == [False, False, False]  # three chunks of two prompts, none scored on the main thread
     assert {"time/generate", "time/reward", "time/reward_total"} <= set(timings)
     for c in range(3):
         part = samples[2 * c:2 * c + 2]
-        gen, texts, settings, _ = train.sample_chunk(policy, tokenizer, part, cfg, limits,
-                                                     train.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
+        gen, texts, settings, _ = rollout.sample_chunk(policy, tokenizer, part, cfg, limits,
+                                                     rollout.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
         scores, _ = score_chunk(part, texts, cfg, None, None)
-        for mine, theirs in zip(groups[2 * c:2 * c + 2], train.chunk_groups(part, gen, texts, settings, scores, 4)):
+        for mine, theirs in zip(groups[2 * c:2 * c + 2], rollout.chunk_groups(part, gen, texts, settings, scores, 4)):
             assert torch.equal(mine.sequences, theirs.sequences) and mine.rewards == theirs.rewards
 
 
@@ -247,8 +247,8 @@ def test_engine_p_truth_scores_against_a_search_at_the_label_limit(tiny_run_inpu
     samples = [s for s in train.load_data(stored)[0] if s.task == "P"][:2]
     texts = [s.target for s in samples for _ in range(stored.group_size)]  # the data's own labels
     with StockfishPool(processes=1) as pool:
-        from_data, _ = train.score_chunk(samples, texts, stored, pool, None)
-        scores, _ = train.score_chunk(samples, texts, engine, pool, None)
+        from_data, _ = rollout.score_chunk(samples, texts, stored, pool, None)
+        scores, _ = rollout.score_chunk(samples, texts, engine, pool, None)
         searched = pool.analyse([s.fen for s in samples], LABEL_LIMIT)
         assert all(a.limit == "depth=10" for a in searched)
         expected = score_batch([(s.prompt, s.target, a) for s, a in zip(samples, searched)
@@ -299,7 +299,7 @@ def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0]
     short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
-    groups = train.rollout(policy, tokenizer, [long, short], cfg, {"P": 24, "A": 24}, 0, 0, None, train.Dist(), {})
+    groups = rollout.rollout(policy, tokenizer, [long, short], cfg, {"P": 24, "A": 24}, 0, 0, None, runtime.Dist(), {})
     assert bool((~groups[1].attention_mask[:, 0]).all())  # the short prompt's rows start with padding
     batch = train.Batch.of(groups, [torch.arange(cfg.group_size, dtype=torch.float32) + 10 * i for i in range(2)])
     G = cfg.group_size
@@ -424,7 +424,7 @@ def _update_grads(policy, batch, anchor, **overrides) -> tuple[list[torch.Tensor
     model = copy.deepcopy(policy)
     cfg = replace(train.TrainConfig(grad_clip=0.0), **overrides)
     stats = train.policy_update(model, None, torch.optim.SGD(model.parameters(), lr=0.0), batch,
-                                grpo.GRPOConfig(beta=0.0), cfg, 0.0, batch.completions.shape[1], train.Dist(), anchor)
+                                grpo.GRPOConfig(beta=0.0), cfg, 0.0, batch.completions.shape[1], runtime.Dist(), anchor)
     return [p.grad.clone() for p in model.parameters()], stats
 
 
@@ -439,7 +439,7 @@ def test_the_projected_anchor_removes_only_the_part_of_the_step_that_raises_its_
     model_dir, data = tiny_run_inputs
     policy, tokenizer = load_model(str(model_dir))
     a_rows = [s for s in load_source(str(data), "all").samples if s.task == "A"][:4]
-    anchor = train.Anchor.of(tokenizer, a_rows, train.Dist(), "cpu")
+    anchor = train.Anchor.of(tokenizer, a_rows, runtime.Dist(), "cpu")
     policy.zero_grad()
     (batch_nll(policy, anchor.rows, anchor.target).sum() / anchor.tokens).backward()
     nll_grad = [p.grad.clone() for p in policy.parameters()]
@@ -501,7 +501,7 @@ def test_beta_a_scale_weighs_the_kl_of_the_a_rows_alone(tiny_run_inputs):
         model = copy.deepcopy(policy)
         stats = train.policy_update(model, reference, torch.optim.SGD(model.parameters(), lr=0.0), batch,
                                     grpo.GRPOConfig(beta=0.1, beta_a_scale=scale), train.TrainConfig(grad_clip=0.0),
-                                    0.1, 10, train.Dist())
+                                    0.1, 10, runtime.Dist())
         return stats["kl_loss"]
 
     p_part, both = kl_loss(0.0), kl_loss(1.0)
@@ -704,9 +704,9 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
 
 def test_default_rollout_chunk_gives_every_rank_prompts():
     cfg = train.TrainConfig(batch_size=16)
-    assert train.chunk_size(cfg, train.Dist()) == 16
-    assert train.chunk_size(cfg, train.Dist(rank=3, world=4)) == 4
-    assert train.chunk_size(replace(cfg, rollout_chunk=16), train.Dist(rank=3, world=4)) == 16
+    assert rollout.chunk_size(cfg, runtime.Dist()) == 16
+    assert rollout.chunk_size(cfg, runtime.Dist(rank=3, world=4)) == 4
+    assert rollout.chunk_size(replace(cfg, rollout_chunk=16), runtime.Dist(rank=3, world=4)) == 16
     with pytest.raises(ValueError, match="rollout_chunk"):
         train.TrainConfig(rollout_chunk=0)
     with pytest.raises(ValueError, match="anchor_cases must be one of"):

@@ -16,14 +16,13 @@ import torch
 
 from rookworld import grpo, training
 from rookworld.rewards import RewardConfig, weights_at
+from rookworld.rollout import collect, completion_limits, rollout
+from rookworld.runtime import Dist
 from rookworld.train import (
     Anchor,
     Batch,
-    Dist,
     TrainConfig,
     batch_sampler,
-    collect,
-    completion_limits,
     configs_from_args,
     group_advantages,
     learning_groups,
@@ -31,7 +30,6 @@ from rookworld.train import (
     make_anchor_sampler,
     make_baseline,
     policy_update,
-    rollout,
     step_advantages,
 )
 

@@ -1,8 +1,10 @@
-"""Where a command runs: the torch device and the CPU thread count."""
+"""Where a command runs: the torch device, the CPU thread count, the torchrun process group."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -45,3 +47,47 @@ def fast_path(requested: bool | None, device: str) -> bool:
     if requested and not on_cuda:
         raise UserError(f"--fast-decode true needs a CUDA device, not {device!r}; leave it unset or false")
     return on_cuda if requested is None else requested
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place among torchrun's `world` processes; rank 0 logs and checkpoints."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str) -> Dist:
+    """torchrun sets WORLD_SIZE/RANK: gloo on CPU, NCCL on GPU."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Dist()
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return Dist(rank=dist.get_rank(), world=dist.get_world_size())
+
+
+def all_sum(values: list[float], d: Dist) -> list[float]:
+    if d.world == 1:
+        return values
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def all_gather_objects(value: Any, d: Dist) -> list[Any]:
+    if d.world == 1:
+        return [value]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * d.world
+    dist.all_gather_object(out, value)
+    return out
+
+

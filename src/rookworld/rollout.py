@@ -1,0 +1,222 @@
+"""One GRPO step's groups: prompts sampled G times in chunks (one prefill per prompt), scored while the
+next chunk samples, and zero-std groups replaced by new prompts (`collect`).
+
+Completions of chunk c at step s come from a generator seeded by (seed, s, c), so a step is reproducible
+from the run state alone and ranks under torchrun sample exactly what one process would (they split the
+chunks).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from rookworld.data.record import Sample
+from rookworld.evaluate import max_new_tokens
+from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_room, decoding, generate_groups
+from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
+from rookworld.runtime import Dist, all_gather_objects
+
+if TYPE_CHECKING:
+    from rookworld.train import TrainConfig
+
+
+@dataclass
+class Group:
+    """One prompt's G completions: the unit of sampling, scoring, advantages and distribution."""
+
+    sample: Sample
+    sequences: torch.Tensor       # (G, T) prompt (left-padded to its chunk) + completion
+    attention_mask: torch.Tensor  # (G, T)
+    completion_mask: torch.Tensor  # (G, T)
+    logprobs: torch.Tensor        # (G, T) sampling log-probs of the completion tokens (at `temperature`)
+    finished: torch.Tensor        # (G,) ended with EOS
+    completions: list[str]
+    rewards: list[float]
+    components: list[dict[str, float]]
+    temperature: float            # of the distribution that sampled it: log-probs are taken at it
+    greedy: Score | None = None   # the prompt's greedy completion's score (the 'greedy' baseline only)
+
+
+@dataclass
+class GroupSummary:
+    """What every rank needs of every group (advantages, resampling, step metrics); the tensors of a
+    group stay on the rank that sampled it."""
+
+    task: str
+    rewards: list[float]
+    components: list[dict[str, float]]
+    lengths: list[int]
+    truncated: list[bool]
+    greedy_reward: float | None = None
+
+    @classmethod
+    def of(cls, g: Group) -> GroupSummary:
+        return cls(g.sample.task, g.rewards, g.components, g.completion_mask.sum(1).tolist(),
+                   (~g.finished).tolist(), None if g.greedy is None else g.greedy.reward)
+
+    @property
+    def zero_std(self) -> bool:
+        return max(self.rewards) == min(self.rewards)
+
+
+def chunk_generator(seed: int, step: int, chunk: int, device: torch.device) -> torch.Generator:
+    state = np.random.SeedSequence([seed, step, chunk]).generate_state(1, dtype=np.uint64)[0]
+    return torch.Generator(device=device).manual_seed(int(state) & (2**63 - 1))
+
+
+def chunk_size(cfg: TrainConfig, d: Dist) -> int:
+    return cfg.rollout_chunk or math.ceil(cfg.batch_size / d.world)
+
+
+def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample], context: float) -> dict[str, int]:
+    """Max new tokens per task: the flags, else the longest target of the task + margin. A flag's limit
+    must leave the longest prompt of its task room in the model's `context`."""
+    found = max_new_tokens(tokenizer, samples)
+    for task, given in (("P", cfg.max_new_tokens_p), ("A", cfg.max_new_tokens_a)):
+        if given is not None:
+            prompts = tokenizer.encode_prompts([s.prompt for s in samples if s.task == task])
+            check_room(f"--max-new-tokens-{task.lower()}", given, f"{task} prompt", max(map(len, prompts), default=0),
+                       context)
+    return {"P": cfg.max_new_tokens_p or found.get("P", 1), "A": cfg.max_new_tokens_a or found.get("A", 1)}
+
+
+def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> SamplingSettings:
+    if task == "P":
+        return SamplingSettings(cfg.temperature_p, top_p=cfg.top_p_p, max_new_tokens=limits["P"])
+    return SamplingSettings(cfg.temperature_a, top_p=cfg.top_p_a, max_new_tokens=limits["A"])
+
+
+@torch.no_grad()
+def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
+                 generator: torch.Generator, decoder: FastDecoder | None = None,
+                 greedy: bool = False) -> tuple[Generation, list[str], list[SamplingSettings], list[str]]:
+    """G completions of each prompt of one chunk (by `decoder`, the CUDA fast path, when given): the
+    generation, its texts, each prompt's sampling settings and, with `greedy`, each prompt's greedy
+    completion (else [])."""
+    ids = tokenizer.encode_prompts([s.prompt for s in samples])
+    settings = [sampling_settings(cfg, limits, s.task) for s in samples]
+    runner, step = decoding(policy, decoder)
+    gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
+                          decode_step=step)
+    best = tokenizer.decode_batch(generate_groups(runner, ids, 1, settings, eos_id=tokenizer.eos_id, greedy=True,
+                                                  decode_step=step).completions()) if greedy else []
+    return gen, tokenizer.decode_batch(gen.completions()), settings, best
+
+
+def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool, rcfg: RewardConfig | None,
+                greedy_texts: list[str] = ()) -> tuple[list[Score], float]:
+    """The rewards of one chunk's completions (texts[i] answers samples[i // G]), then of its greedy ones
+    (greedy_texts[b] answers samples[b]), and the seconds they took."""
+    t0 = time.perf_counter()
+    G = cfg.group_size
+    truth = [s.analysis if cfg.p_truth == "stored" else None for s in samples]  # None: score_batch searches it
+    items = [(samples[i // G].prompt, text, truth[i // G]) for i, text in enumerate(texts)]
+    items += [(sample.prompt, text, t) for sample, text, t in zip(samples, greedy_texts, truth)]
+    scores = score_batch(items, pool if cfg.engine_rewards else None, rcfg)
+    return scores, time.perf_counter() - t0
+
+
+def chunk_groups(samples: list[Sample], gen: Generation, texts: list[str], settings: list[SamplingSettings],
+                 scores: list[Score], G: int) -> list[Group]:
+    """The chunk's groups from `score_chunk`'s scores: G per prompt, then one greedy score per prompt if any."""
+    greedy = scores[len(samples) * G:]
+    groups = []
+    for b, sample in enumerate(samples):
+        rows = slice(b * G, (b + 1) * G)
+        groups.append(Group(sample, gen.sequences[rows], gen.attention_mask[rows], gen.completion_mask[rows],
+                            gen.logprobs[rows], gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
+                            [s.components for s in scores[rows]], settings[b].temperature,
+                            greedy[b] if greedy else None))
+    return groups
+
+
+def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
+            first_chunk: int, pool, d: Dist, timings: dict[str, float],
+            rcfg: RewardConfig | None = None, decoder: FastDecoder | None = None,
+            greedy: bool = False) -> list[Group | None]:
+    """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None.
+    With `greedy`, each group also holds the score of its prompt's greedy completion (the 'greedy' baseline).
+
+    A chunk is scored on a second thread while the next one is sampled (Stockfish works in its own
+    processes meanwhile): `time/reward` is the wait for scores after the last chunk is sampled, the part
+    on the step's critical path; `time/reward_total` the scoring's own time."""
+    device = policy.wte.weight.device
+    size = chunk_size(cfg, d)
+    rcfg = rcfg or RewardConfig()
+    warmup = weights_at(rcfg, step) if step < rcfg.reward_warmup_steps else None  # the step's reward weights
+    groups: list[Group | None] = [None] * len(samples)
+    pending = []
+    with ThreadPoolExecutor(max_workers=1) as scorer:
+        for c, start in enumerate(range(0, len(samples), size)):
+            chunk = first_chunk + c
+            if chunk % d.world != d.rank:
+                continue
+            part = samples[start:start + size]
+            t0 = time.perf_counter()
+            gen, texts, settings, greedy_texts = sample_chunk(
+                policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device), decoder, greedy)
+            _add_time(timings, "time/generate", time.perf_counter() - t0)
+            pending.append((start, part, gen, texts, settings, scorer.submit(score_chunk, part, texts, cfg, pool,
+                                                                             rcfg, greedy_texts)))
+        for start, part, gen, texts, settings, future in pending:
+            t0 = time.perf_counter()
+            scores, seconds = future.result()
+            _add_time(timings, "time/reward", time.perf_counter() - t0)
+            _add_time(timings, "time/reward_total", seconds)
+            made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
+            if warmup:  # the reward warm-up: the same components under the step's weights
+                made = [reweighed(g, warmup[g.sample.task]) for g in made]
+            groups[start:start + len(part)] = made
+    return groups
+
+
+def reweighed(g: Group, weights: dict[str, float]) -> Group:
+    """The group's rewards, its greedy one too, from the same components under other weights."""
+    greedy = None if g.greedy is None else replace(g.greedy, reward=reweigh(g.greedy.components, weights))
+    return replace(g, rewards=[reweigh(c, weights) for c in g.components], greedy=greedy)
+
+
+def _add_time(timings: dict[str, float], name: str, seconds: float) -> None:
+    timings[name] = timings.get(name, 0.0) + seconds
+
+
+def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
+    """Every group's summary on every rank: a rank without groups still learns the step's rewards."""
+    local = {i: GroupSummary.of(g) for i, g in enumerate(groups) if g is not None}
+    merged: dict[int, GroupSummary] = {}
+    for part in all_gather_objects(local, d):
+        merged.update(part)
+    return [merged[i] for i in range(len(groups))]
+
+
+def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
+            pool, d: Dist, timings: dict[str, float], rcfg: RewardConfig | None = None,
+            decoder: FastDecoder | None = None, greedy: bool = False) -> tuple[list[Group | None], list[GroupSummary]]:
+    """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
+    zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
+    resample_rounds rounds); a replacement lives on the rank that sampled it."""
+    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder, greedy)
+    summaries = shared_summaries(groups, d)
+    size = chunk_size(cfg, d)
+    chunks = math.ceil(len(samples) / size)
+    for _ in range(cfg.resample_rounds if cfg.zero_std == "resample" else 0):
+        flat = [i for i, s in enumerate(summaries) if s.zero_std]
+        if not flat:
+            break
+        extra = sampler.next(len(flat))
+        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg, decoder,
+                             greedy)
+        chunks += math.ceil(len(extra) / size)
+        for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
+            if not summary.zero_std:
+                groups[i], summaries[i] = g, summary
+    return groups, summaries
+
+
