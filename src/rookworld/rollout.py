@@ -75,7 +75,7 @@ def chunk_size(cfg: TrainConfig, d: Dist) -> int:
     return cfg.rollout_chunk or math.ceil(cfg.batch_size / d.world)
 
 
-def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample], context: float) -> dict[str, int]:
+def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample], context: int) -> dict[str, int]:
     """Max new tokens per task: the flags, else the longest target of the task + margin. A flag's limit
     must leave the longest prompt of its task room in the model's `context`."""
     found = max_new_tokens(tokenizer, samples)
