@@ -12,7 +12,7 @@ autocast update; TRL fp32), zero-std groups kept (no resampling: TRL cannot resa
 then --steps timed steps, in a fresh process of its own (spawned one after the other: rookworld, then
 TRL), so peak memory and allocator state do not leak between them.
 
-rookworld: the trainer's own functions (`rollout.collect` -> `rollout_chunk`, `grpo.advantages`,
+rookworld: the trainer's own functions (`rollout.collect` -> `rollout.rollout`, `grpo.advantages`,
 `train.learning_groups`, `train.Batch`, `train.policy_update`) with the TrainConfig / GRPOConfig that
 `rookworld train --zero-std keep --engine-rewards false` builds; generate and reward are the trainer's
 `time/generate` and `time/reward`, update the rest of the step (reference log-probs included).
