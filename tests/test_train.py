@@ -891,3 +891,38 @@ def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_pat
         expected = 0 * rewards if p["zero_std"] else (rewards - baseline) / rewards.std()
         assert torch.allclose(torch.tensor([c["advantage"] for c in p["completions"]]), expected, atol=1e-5)
     assert any(p["zero_std"] for p in prompts)
+
+
+def test_p_expert_puts_each_p_prompts_label_last_in_its_group_and_learns_it(tiny_run_inputs, tmp_path):
+    """--p-expert: the last completion of every P group is the prompt's label, scored like the samples
+    before it; A groups are sampled whole. Two steps with it raise the likelihood of the P labels."""
+    from rookworld.hub import load_model
+    from rookworld.sft import batch_nll, encode_samples, target_batch
+
+    model_dir, data = tiny_run_inputs
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    assert train.configs_from_args(parser.parse_args(["--p-expert", "true"]))[0].p_expert
+    cfg = tiny_config(model_dir, data, tmp_path / "expert", p_expert=True, steps=2, p_fraction=1.0)
+    policy, tokenizer = load_model(model_dir)
+    samples = train.load_data(cfg)[0]
+    part = [next(s for s in samples if s.task == "P"), next(s for s in samples if s.task == "A")]
+    G, limits = cfg.group_size, {"P": 24, "A": 24}  # a label is longer than 24 tokens: its row widens the chunk
+    sampled = [rollout.sample_chunk(policy, tokenizer, part, c, limits,
+                                    rollout.chunk_generator(0, 0, 0, torch.device("cpu")))
+               for c in (replace(cfg, p_expert=False), cfg)]
+    (plain, plain_texts, _, _), (gen, texts, _, _) = sampled
+    assert texts[G - 1] == part[0].target and texts[:G - 1] + texts[G:] == plain_texts[:G - 1] + plain_texts[G:]
+    width, others = plain.sequences.shape[1], [r for r in range(2 * G) if r != G - 1]
+    assert gen.sequences.shape[1] > width and not gen.completion_mask[others, width:].any()
+    assert torch.equal(gen.sequences[others, :width], plain.sequences[others])
+    assert gen.finished[G - 1] and int(gen.completion_mask[G - 1].sum()) == len(tokenizer.encode(part[0].target)) + 1
+    scores, _ = rollout.score_chunk(part, texts, cfg, None, None)
+    assert scores[G - 1].reward > max(s.reward for s in scores[:G - 1])
+
+    labels = target_batch(encode_samples(tokenizer, [s for s in samples if s.task == "P"]), tokenizer.eos_id)
+    before = batch_nll(policy, *labels).mean().item()
+    after = batch_nll(load_model(train.main(cfg, grpo.GRPOConfig(beta=0.0)) / "checkpoint-last")[0], *labels)
+    assert after.mean().item() < before - 5  # the samples of a random model alone give no signal here (zero std)
+    with pytest.raises(ValueError, match="p_expert's label rows have no sampling log-probs"):
+        replace(cfg, num_iterations=2)

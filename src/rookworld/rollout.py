@@ -105,9 +105,44 @@ def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, lim
     runner, step = decoding(policy, decoder)
     gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
                           decode_step=step)
+    if cfg.p_expert:
+        gen = with_labels(gen, samples, tokenizer)
     best = tokenizer.decode_batch(generate_groups(runner, ids, 1, settings, eos_id=tokenizer.eos_id, greedy=True,
                                                   decode_step=step).completions()) if greedy else []
     return gen, tokenizer.decode_batch(gen.completions()), settings, best
+
+
+def with_labels(gen: Generation, samples: list[Sample], tokenizer) -> Generation:
+    """`gen` with each P prompt's last completion replaced by the prompt's label (`p_expert`), EOS-ended.
+
+    The label row's sampling log-probs are zeros: with one PPO pass the update takes the old policy's
+    log-probs from its own forward pass (ratio 1), so the row is a policy-gradient term on the engine's
+    answer weighted by its advantage in the group."""
+    G = gen.group_size
+    rows = [b * G + G - 1 for b, s in enumerate(samples) if s.task == "P"]
+    if not rows:
+        return gen
+    labels = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([samples[r // G].target for r in rows])]
+    start = gen.prompt_width
+    extra = max(0, start + max(map(len, labels)) - gen.sequences.shape[1])
+
+    def widened(t: torch.Tensor, value) -> torch.Tensor:  # a copy, `extra` columns of `value` longer
+        return torch.nn.functional.pad(t, (0, extra), value=value)
+
+    sequences, logprobs = widened(gen.sequences, tokenizer.eos_id), widened(gen.logprobs, 0.0)
+    attention_mask, completion_mask = widened(gen.attention_mask, False), widened(gen.completion_mask, False)
+    finished = gen.finished.clone()
+    for r, ids in zip(rows, labels):
+        end = start + len(ids)
+        sequences[r, start:] = tokenizer.eos_id
+        sequences[r, start:end] = torch.tensor(ids, device=sequences.device)
+        for mask in (attention_mask, completion_mask):
+            mask[r, start:] = False
+            mask[r, start:end] = True
+        logprobs[r] = 0.0
+        finished[r] = True
+    return replace(gen, sequences=sequences, attention_mask=attention_mask, completion_mask=completion_mask,
+                   logprobs=logprobs, finished=finished)
 
 
 def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool, rcfg: RewardConfig | None,

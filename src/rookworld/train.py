@@ -68,6 +68,10 @@ class TrainConfig:
     p_pool: int = field(default=0, metadata={
         "help": "P prompts from this many training positions drawn at random (seeded), each revisited every "
                 "p_pool P prompts, instead of each position once (0: every position)"})
+    p_expert: bool = field(default=False, metadata={
+        "help": "the last of each P group's G completions is the prompt's label (the data's target: the engine's "
+                "analysis) instead of a sample: off-policy guidance that puts the engine's answer in every P group, "
+                "scored like the others (reward/P counts it; needs num_iterations 1)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -153,6 +157,8 @@ class TrainConfig:
             ((self.rollout_chunk is None or self.rollout_chunk >= 1) and self.micro_batch_size >= 1,
              "rollout_chunk and micro_batch_size must be >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
+            (not self.p_expert or self.num_iterations == 1,
+             "p_expert's label rows have no sampling log-probs for a second PPO pass: use num_iterations 1"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
             (self.p_truth == "stored" or self.engine_rewards,
