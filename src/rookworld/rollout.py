@@ -1,5 +1,6 @@
-"""One GRPO step's groups: prompts sampled G times in chunks (one prefill per prompt), scored while the
-next chunk samples, and zero-std groups replaced by new prompts (`collect`).
+"""One GRPO step's groups: prompts sampled G times in chunks (one prefill per prompt; with `p_expert` a P
+group's last completion is its label), scored while the next chunk samples, and zero-std groups replaced by
+new prompts (`collect`).
 
 Completions of chunk c at step s come from a generator seeded by (seed, s, c), so a step is reproducible
 from the run state alone and ranks under torchrun sample exactly what one process would (they split the
