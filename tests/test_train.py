@@ -157,6 +157,24 @@ def test_greedy_baseline_scores_each_prompts_greedy_completion(tiny_run_inputs, 
     assert any(w.greedy.reward != g.greedy.reward for g, w in zip(groups, warm))
 
 
+def test_the_samples_baseline_judges_a_label_row_against_the_samples():
+    """--baseline samples: a labelled P group's samples are centred on their own mean (the label left out), the
+    label against it, all scaled by the group's std; groups without a label get the group mean's advantages."""
+    def summary(task, rewards, labelled=False):
+        return rollout.GroupSummary(task, rewards, [{}] * len(rewards), [5] * len(rewards), [False] * len(rewards),
+                                  None, labelled)
+    summaries = [summary("P", [0.2, 0.4, 0.6, 1.0], labelled=True), summary("A", [1.0, 0.0, 1.0, 1.0]),
+                 summary("P", [0.5, 0.5, 0.5, 1.0], labelled=True), summary("P", [0.3, 0.3, 0.3, 0.3], labelled=True)]
+    assert summaries[0].sampled_rewards == [0.2, 0.4, 0.6] and summaries[1].sampled_rewards == [1.0, 0.0, 1.0, 1.0]
+    adv = train.step_advantages(summaries, grpo.GRPOConfig(baseline="samples"), None)
+    p = torch.tensor([0.2, 0.4, 0.6, 1.0])
+    assert torch.allclose(adv.values[0], (p - 0.4) / p.std()) and abs(float(adv.values[0, :3].sum())) < 1e-6
+    grouped = train.step_advantages(summaries, grpo.GRPOConfig(), None)
+    assert torch.allclose(adv.values[1], grouped.values[1])  # no label: the group mean
+    assert adv.values[2, :3].tolist() == [0.0] * 3 and float(adv.values[2, 3]) > 0  # equal samples, a better label
+    assert adv.zero_std.tolist() == [False, False, False, True] and adv.values[3].tolist() == [0.0] * 4
+
+
 def test_each_task_is_compared_with_its_own_baseline():
     """--baseline-a: A groups against their baseline, P groups against theirs, in one step."""
     def summary(task, rewards, greedy=None):
@@ -922,7 +940,12 @@ def test_p_expert_puts_each_p_prompts_label_last_in_its_group_and_learns_it(tiny
 
     labels = target_batch(encode_samples(tokenizer, [s for s in samples if s.task == "P"]), tokenizer.eos_id)
     before = batch_nll(policy, *labels).mean().item()
-    after = batch_nll(load_model(train.main(cfg, grpo.GRPOConfig(beta=0.0)) / "checkpoint-last")[0], *labels)
-    assert after.mean().item() < before - 5  # the samples of a random model alone give no signal here (zero std)
+    groups = rollout.rollout(policy, tokenizer, part, cfg, limits, 0, 0, None, runtime.Dist(), {})
+    assert [rollout.GroupSummary.of(g).labelled for g in groups] == [True, False]
+    _, gcfg, _ = train.configs_from_args(parser.parse_args(["--p-expert", "true", "--baseline", "samples"]))
+    for baseline in ("group", gcfg.baseline):
+        run = train.main(replace(cfg, out=str(tmp_path / baseline)), grpo.GRPOConfig(beta=0.0, baseline=baseline))
+        after = batch_nll(load_model(run / "checkpoint-last")[0], *labels).mean().item()
+        assert after < before - 5  # the samples of a random model alone give no signal here (zero std)
     with pytest.raises(ValueError, match="p_expert's label rows have no sampling log-probs"):
         replace(cfg, num_iterations=2)

@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
-BASELINES = ("group", "rloo", "ema", "greedy")
-OUTSIDE_BASELINES = ("ema", "greedy")  # given to `advantages` per group, not taken from the group's rewards
+BASELINES = ("group", "rloo", "ema", "greedy", "samples")
+OUTSIDE_BASELINES = ("ema", "greedy", "samples")  # given to `advantages` per group (B,) by the trainer
 CREDITS = ("sequence", "field")
 STD_SCALINGS = ("group", "batch", "none")
 AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
@@ -55,7 +55,9 @@ class GRPOConfig:
         "help": "what a reward is compared with: 'group' (the mean of the prompt's G rewards), 'rloo' (the mean "
                 "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards) or "
                 "'greedy' (the reward of the prompt's greedy completion, decoded and scored beside the group: "
-                "ReMax; only samples better than the greedy answer are reinforced)"})
+                "ReMax; only samples better than the greedy answer are reinforced) or 'samples' (the mean of the "
+                "group's sampled completions: with --p-expert a P group's label row is left out, so the samples keep "
+                "the advantages they would have without it and the label is judged against them; else 'group')"})
     baseline_a: str | None = field(default=None, metadata={
         "help": "the A prompts' baseline where it differs from `baseline` (unset: the same), e.g. 'greedy' for A "
                 "beside the group mean for P"})
@@ -189,11 +191,12 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
 
     b_ij by `kind` (unset: cfg.baseline; the trainer passes each task's `cfg.baseline_of`): 'group' the mean
     of the group's G rewards; 'rloo' the mean of the other G-1 (= G/(G-1) times the group-centred reward);
-    'ema' and 'greedy' `baseline` (B,): each group's value of an `EMABaseline`, or the reward of the prompt's
-    greedy completion. std is the (unbiased) std of the group's rewards ('group'), of all B*G rewards
-    ('batch'), or 1 ('none'). Groups whose G rewards are all equal are returned in `zero_std` so the trainer
-    can drop or resample them (dynamic sampling); they get exactly 0 (float rounding of their mean cannot leak
-    in), except under an outside baseline without the group std, where R - b is a signal.
+    'ema', 'greedy' and 'samples' `baseline` (B,): each group's value of an `EMABaseline`, the reward of the
+    prompt's greedy completion, or the mean of its sampled completions' rewards (a label row left out). std
+    is the (unbiased) std of the group's rewards ('group'), of all B*G rewards ('batch'), or 1 ('none').
+    Groups whose G rewards are all equal are returned in `zero_std` so the trainer can drop or resample them
+    (dynamic sampling); they get exactly 0 (float rounding of their mean cannot leak in), except under an
+    outside baseline without the group std, where R - b is a signal.
     `spread_of` (B, G): other rewards whose std the divisor is at least (field credit: a field's advantage is
     never scaled up beyond its whole reward's, so a field with a tiny spread is not blown up to unit size).
     """

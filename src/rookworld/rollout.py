@@ -43,6 +43,7 @@ class Group:
     components: list[dict[str, float]]
     temperature: float            # of the distribution that sampled it: log-probs are taken at it
     greedy: Score | None = None   # the prompt's greedy completion's score (the 'greedy' baseline only)
+    labelled: bool = False        # the last completion is the prompt's label, not a sample (p_expert)
 
 
 @dataclass
@@ -56,11 +57,17 @@ class GroupSummary:
     lengths: list[int]
     truncated: list[bool]
     greedy_reward: float | None = None
+    labelled: bool = False
 
     @classmethod
     def of(cls, g: Group) -> GroupSummary:
         return cls(g.sample.task, g.rewards, g.components, g.completion_mask.sum(1).tolist(),
-                   (~g.finished).tolist(), None if g.greedy is None else g.greedy.reward)
+                   (~g.finished).tolist(), None if g.greedy is None else g.greedy.reward, g.labelled)
+
+    @property
+    def sampled_rewards(self) -> list[float]:
+        """The rewards of the sampled completions: all but a label row."""
+        return self.rewards[:-1] if self.labelled else self.rewards
 
     @property
     def zero_std(self) -> bool:
@@ -160,8 +167,9 @@ def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool,
 
 
 def chunk_groups(samples: list[Sample], gen: Generation, texts: list[str], settings: list[SamplingSettings],
-                 scores: list[Score], G: int) -> list[Group]:
-    """The chunk's groups from `score_chunk`'s scores: G per prompt, then one greedy score per prompt if any."""
+                 scores: list[Score], G: int, p_expert: bool = False) -> list[Group]:
+    """The chunk's groups from `score_chunk`'s scores: G per prompt, then one greedy score per prompt if any;
+    with `p_expert` the P groups are marked labelled (`with_labels`)."""
     greedy = scores[len(samples) * G:]
     groups = []
     for b, sample in enumerate(samples):
@@ -169,7 +177,7 @@ def chunk_groups(samples: list[Sample], gen: Generation, texts: list[str], setti
         groups.append(Group(sample, gen.sequences[rows], gen.attention_mask[rows], gen.completion_mask[rows],
                             gen.logprobs[rows], gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
                             [s.components for s in scores[rows]], settings[b].temperature,
-                            greedy[b] if greedy else None))
+                            greedy[b] if greedy else None, p_expert and sample.task == "P"))
     return groups
 
 
@@ -206,7 +214,7 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
             scores, seconds = future.result()
             _add_time(timings, "time/reward", time.perf_counter() - t0)
             _add_time(timings, "time/reward_total", seconds)
-            made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
+            made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size, cfg.p_expert)
             if warmup:  # the reward warm-up: the same components under the step's weights
                 made = [reweighed(g, warmup[g.sample.task]) for g in made]
             groups[start:start + len(part)] = made

@@ -205,7 +205,9 @@ def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
         rows = [i for i, k in enumerate(kinds) if k == kind]
         part, tasks = rewards[rows], [summaries[i].task for i in rows]
         baseline = torch.tensor([summaries[i].greedy_reward for i in rows]) if kind == "greedy" else \
-            ema.values(tasks, part) if kind == "ema" else None
+            ema.values(tasks, part) if kind == "ema" else \
+            torch.tensor([sum(summaries[i].sampled_rewards) / len(summaries[i].sampled_rewards) for i in rows]) \
+            if kind == "samples" else None
         adv = grpo.advantages(part, gcfg, baseline, kind=kind)
         values[rows], zero_std[rows] = adv.values, adv.zero_std
         if kind == "ema":
