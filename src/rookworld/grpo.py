@@ -53,7 +53,7 @@ ADAPTIVE_ERROR_CLIP = 0.2  # the PPO adaptive KL controller's bound on the propo
 class GRPOConfig:
     baseline: str = field(default="group", metadata={
         "help": "what a reward is compared with: 'group' (the mean of the prompt's G rewards), 'rloo' (the mean "
-                "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards) or "
+                "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards), "
                 "'greedy' (the reward of the prompt's greedy completion, decoded and scored beside the group: "
                 "ReMax; only samples better than the greedy answer are reinforced) or 'samples' (the mean of the "
                 "group's sampled completions: with --p-expert a P group's label row is left out, so the samples keep "

@@ -204,15 +204,23 @@ def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
     for kind in dict.fromkeys(kinds):
         rows = [i for i, k in enumerate(kinds) if k == kind]
         part, tasks = rewards[rows], [summaries[i].task for i in rows]
-        baseline = torch.tensor([summaries[i].greedy_reward for i in rows]) if kind == "greedy" else \
-            ema.values(tasks, part) if kind == "ema" else \
-            torch.tensor([sum(summaries[i].sampled_rewards) / len(summaries[i].sampled_rewards) for i in rows]) \
-            if kind == "samples" else None
-        adv = grpo.advantages(part, gcfg, baseline, kind=kind)
+        adv = grpo.advantages(part, gcfg, outside_baseline(kind, [summaries[i] for i in rows], part, ema), kind=kind)
         values[rows], zero_std[rows] = adv.values, adv.zero_std
         if kind == "ema":
             ema.update(tasks, part)
     return grpo.Advantages(values=values, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
+
+
+def outside_baseline(kind: str, summaries: list[GroupSummary], rewards: torch.Tensor,
+                     ema: grpo.EMABaseline | None) -> torch.Tensor | None:
+    """Each group's baseline value (B,) under an outside baseline `kind`; None for one taken from the group."""
+    if kind == "greedy":
+        return torch.tensor([s.greedy_reward for s in summaries])
+    if kind == "ema":
+        return ema.values([s.task for s in summaries], rewards)
+    if kind == "samples":
+        return torch.tensor([sum(s.sampled_rewards) / len(s.sampled_rewards) for s in summaries])
+    return None
 
 
 def make_baseline(gcfg: grpo.GRPOConfig) -> grpo.EMABaseline | None:
