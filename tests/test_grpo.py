@@ -25,6 +25,7 @@ def cfg(**overrides) -> GRPOConfig:
     ({"std_scaling": "global"}, "std_scaling must be one of"),
     ({"std_floor": 0.0}, "std_floor must be > 0"),
     ({"adv_clip": 0.0}, "adv_clip must be > 0"),
+    ({"adv_sign": "plus"}, "adv_sign must be one of"),
     ({"aggregation": "mean"}, "aggregation must be one of"),
     ({"eps_low": 1.0}, "eps_low must be in [0, 1)"),
     ({"eps_high": -0.1}, "eps_high must be >= 0"),
@@ -123,6 +124,22 @@ def test_advantage_clipping():
     # -> [-0.5 x3, 1.5], clipped at 1 -> [-0.5 x3, 1.0]
     out = grpo.advantages(torch.tensor([[0.0, 0.0, 0.0, 1.0]]), cfg(adv_clip=1.0))
     assert torch.allclose(out.values, torch.tensor([[-0.5, -0.5, -0.5, 1.0]]))
+
+
+@pytest.mark.parametrize("sign, clipped", [
+    ("both", [-0.5, -0.5, -0.5, 1.0]),
+    ("positive", [0.0, 0.0, 0.0, 1.0]),
+    ("negative", [-0.5, -0.5, -0.5, 0.0]),
+])
+def test_adv_sign_keeps_one_side_of_the_baseline(sign, clipped):
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.5, 0.5]])
+    out = grpo.advantages(rewards, cfg(adv_sign=sign, std_scaling="none"))
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    kept = {"both": centred, "positive": centred.clamp(min=0), "negative": centred.clamp(max=0)}[sign]
+    assert torch.equal(out.values, kept)
+    # after the group std and the clip (row 0 as in test_advantage_clipping: [-0.5 x3, 1.5] before it)
+    scaled = grpo.advantages(rewards[:1], cfg(adv_sign=sign, adv_clip=1.0))
+    assert torch.allclose(scaled.values[0], torch.tensor(clipped))
 
 
 def test_advantages_need_groups_of_two():

@@ -94,6 +94,8 @@ LOSS_PATHS = {
     "one KL weight for both tasks": ({"beta_a_scale": 1.0}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
+    "positive advantages only": ({"adv_sign": "positive"}, {}),
+    "negative advantages only": ({"adv_sign": "negative"}, {}),
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
     "anchor": ({}, {"anchor_rows": 4, "anchor_tasks": "PA"}),
     "projected anchor": ({}, {"anchor_rows": 4, "anchor_mode": "project"}),
@@ -751,6 +753,7 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--max-rollbacks", "-1"], "max_rollbacks must be >= 0, got -1"),
     (["--resample-rounds", "-1"], "resample_rounds must be >= 0, got -1"),
     (["--p-cases", "illegal2"], "p_cases must be one of ('mix', 'balanced', 'sqrt')"),
+    (["--adv-sign", "plus"], "adv_sign must be one of ('both', 'positive', 'negative')"),
 ])
 def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
     code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])

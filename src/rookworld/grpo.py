@@ -42,6 +42,7 @@ BASELINES = ("group", "rloo", "ema", "greedy", "samples")
 OUTSIDE_BASELINES = ("ema", "greedy", "samples")  # given to `advantages` per group (B,) by the trainer
 CREDITS = ("sequence", "field")
 STD_SCALINGS = ("group", "batch", "none")
+ADV_SIGNS = ("both", "positive", "negative")
 AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
 KL_ESTIMATORS = ("k3", "k1", "full")
 KL_DIRECTIONS = ("reverse", "forward", "symmetric")
@@ -70,6 +71,9 @@ class GRPOConfig:
         "help": "advantages are divided by max(std, std_floor); one constant for the whole run"})
     adv_clip: float | None = field(default=None, metadata={
         "help": "clip advantages to [-adv_clip, adv_clip] after scaling (unset: no clipping)"})
+    adv_sign: str = field(default="both", metadata={
+        "help": "which completions teach: 'both' (GRPO), 'positive' (only those above their baseline: the "
+                "negative advantages become 0, as in RAFT++ / PSR) or 'negative' (only those below it, NSR)"})
     credit: str = field(default="sequence", metadata={
         "help": "what a P completion's tokens are credited with: 'sequence' (every token the completion's "
                 "advantage) or 'field' (the tokens of the M:, E: and B: fields each the group-relative advantage "
@@ -129,6 +133,7 @@ class GRPOConfig:
             (self.std_floor > 0, f"std_floor must be > 0 so that equal rewards cannot divide by zero, "
                                  f"got {self.std_floor}"),
             (self.adv_clip is None or self.adv_clip > 0, f"adv_clip must be > 0 (or unset), got {self.adv_clip}"),
+            (self.adv_sign in ADV_SIGNS, f"adv_sign must be one of {ADV_SIGNS}, got {self.adv_sign!r}"),
             (self.credit in CREDITS, f"credit must be one of {CREDITS}, got {self.credit!r}"),
             (self.credit == "sequence" or self.baseline not in OUTSIDE_BASELINES,
              f"credit 'field' needs a group baseline ('group' or 'rloo'): the {self.baseline!r} baseline is one "
@@ -187,7 +192,8 @@ class Advantages:
 
 def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None,
                spread_of: torch.Tensor | None = None, kind: str | None = None) -> Advantages:
-    """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip.
+    """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip and, by cfg.adv_sign, kept
+    only where positive or only where negative (the others 0).
 
     b_ij by `kind` (unset: cfg.baseline; the trainer passes each task's `cfg.baseline_of`): 'group' the mean
     of the group's G rewards; 'rloo' the mean of the other G-1 (= G/(G-1) times the group-centred reward);
@@ -225,6 +231,8 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
         centered = centered / std.clamp(min=cfg.std_floor)
     if cfg.adv_clip is not None:
         centered = centered.clamp(-cfg.adv_clip, cfg.adv_clip)
+    if cfg.adv_sign != "both":  # the other sign's completions stay in the loss's denominator (RAFT++, NSR)
+        centered = centered.clamp(min=0.0) if cfg.adv_sign == "positive" else centered.clamp(max=0.0)
     if not outside or cfg.std_scaling == "group":
         centered = centered.masked_fill(zero_std[:, None], 0.0)  # (B, G)
     return Advantages(values=centered, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
