@@ -9,7 +9,7 @@ import chess.pgn
 import pytest
 
 from rookworld.cli import main
-from rookworld.play import PLY_LIMIT, POINTS, RandomMover, ended, play_games, summary
+from rookworld.play import PLY_LIMIT, POINTS, Game, RandomMover, adjudicate, ended, play_games, summary
 from rookworld.player import ModelPlayer, choose_move
 from rookworld.quality import LOSS_CAP_PAWNS
 from rookworld.tokenizer import Tokenizer
@@ -62,12 +62,41 @@ def test_a_model_that_writes_garbage_has_every_move_replaced_and_counted(tiny_gp
     assert [g.model_color for g in played] == [chess.WHITE, chess.BLACK]
     assert [len(g.model_moves) for g in played] == [5, 5]
     assert all(uci is None for g in played for _, uci in g.model_moves)
-    assert all(g.termination == PLY_LIMIT and g.model_result == "draw" for g in played)
+    assert all(g.outcome is None for g in played)  # running at the ply limit: left to adjudicate
+    adjudicate(played, None, 0)  # 0 pawns: drawn, no engine needed
+    assert all(g.termination == PLY_LIMIT and g.model_result == "draw" and g.final_eval is None for g in played)
     totals = summary(played, [10.0] * 10)
+    assert totals["score"] == 0.5 and totals["score_se"] == 0.0 and totals["adjudicated"] == 2
     assert totals["illegal_rate"] == 1.0 and totals["illegal_moves"] == 10
     assert totals["acpl"] == 10.0 and totals["acpl_legal"] is None
     again = play_games(ModelPlayer(player.model, tokenizer, seed=3), RandomMover(3), games=2, max_plies=10)
     assert [g.board.move_stack for g in again] == [g.board.move_stack for g in played]
+
+
+@pytest.mark.stockfish
+def test_games_at_the_ply_limit_go_to_the_side_stockfish_puts_ahead():
+    from rookworld.stockfish import StockfishPool
+
+    white_ahead = "4k3/8/8/8/8/8/8/R2QK3 {} - - 0 60"  # a queen and a rook: mate in 2 with white to move
+    games = [Game(0, chess.WHITE, chess.Board(white_ahead.format("w"))),
+             Game(1, chess.WHITE, chess.Board(white_ahead.format("b"))),  # the eval turned to the model's view
+             Game(2, chess.BLACK, chess.Board(white_ahead.format("w"))),
+             Game(3, chess.WHITE, chess.Board()),  # level: a draw
+             Game(4, chess.BLACK, chess.Board("4k3/8/8/8/8/8/8/2R1K3 w - - 0 60"))]  # a rook down: about 5 pawns
+    mated = chess.Board("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30")
+    over = Game(5, chess.BLACK, mated)
+    over.push(chess.Move.from_uci("a1a8"))  # already ended by the rules: not adjudicated
+    with StockfishPool(processes=1) as pool:
+        adjudicate([*games, over], pool, 6.0)
+    assert [g.model_result for g in games] == ["win", "win", "loss", "draw", "draw"]
+    assert [g.outcome.result() for g in games] == ["1-0", "1-0", "1-0", "1/2-1/2", "1/2-1/2"]
+    assert all(g.termination == PLY_LIMIT for g in games)
+    assert games[0].final_eval > 900 and games[1].final_eval > 10 and games[2].final_eval < -900  # mates count
+    assert abs(games[3].final_eval) < 1 and -6 < games[4].final_eval < -3
+    assert over.termination == "checkmate" and over.final_eval is None and over.model_result == "loss"
+    totals = summary([*games, over], [0.0] * sum(len(g.model_moves) for g in [*games, over]))
+    assert totals["adjudicated"] == 5 and (totals["wins"], totals["draws"], totals["losses"]) == (2, 2, 2)
+    assert totals["score_se"] == pytest.approx((sum((p - 0.5) ** 2 for p in [1, 1, 0, .5, .5, 0]) / 5 / 6) ** 0.5)
 
 
 def _play(tmp_path, name, *flags):
@@ -93,8 +122,16 @@ def _check_consistent(results, max_plies):
         assert game["model_color"] == ("white" if game["index"] % 2 == 0 else "black")
         assert game["model_moves"] == (game["plies"] + (game["model_color"] == "white")) // 2
         assert game["plies"] <= max_plies
+        pawns = results["settings"]["adjudicate"]
         if game["termination"] == PLY_LIMIT:
-            assert game["plies"] == max_plies and game["result"] == "1/2-1/2"
+            assert game["plies"] == max_plies
+            ahead = game["final_eval"] is not None and pawns > 0 and abs(game["final_eval"]) >= pawns
+            expected = "draw" if not ahead else "win" if game["final_eval"] > 0 else "loss"
+            assert game["model_result"] == expected
+            assert (game["final_eval"] is None) == (pawns == 0)
+        else:
+            assert game["final_eval"] is None
+    assert results["adjudicated"] == sum(g["termination"] == PLY_LIMIT for g in games)
 
 
 def _check_pgn(path, results, opponent):
@@ -121,7 +158,9 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     _check_consistent(results, 8)
     _check_pgn(pgn, results, "random")
     assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
-                                   "depth": None, "seed": 5, "max_plies": 8, "judge_limit": "depth=10"}
+                                   "depth": None, "seed": 5, "max_plies": 8, "adjudicate": 5.0,
+                                   "judge_limit": "depth=10"}
+    assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
     for timing in ("play_s", "wall_s"):
         del results[timing], again[timing]
@@ -129,6 +168,10 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     assert again_pgn.read_text() == pgn.read_text()
     other, _ = _play(tmp_path, "c", *flags, "--seed", "6")
     assert [g["moves"] for g in other["per_game"]] != [g["moves"] for g in results["per_game"]]
+    drawn, _ = _play(tmp_path, "d", *flags, "--seed", "5", "--adjudicate", "0")  # the ply limit is a draw
+    _check_consistent(drawn, 8)
+    assert [g["moves"] for g in drawn["per_game"]] == [g["moves"] for g in results["per_game"]]
+    assert drawn["draws"] == 2 and drawn["settings"]["adjudicate"] == 0
 
 
 @pytest.mark.stockfish
@@ -148,6 +191,7 @@ def test_games_against_stockfish_skill_0(tmp_path):
     (["--opponent", "random", "--skill", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
     (["--opponent", "random", "--games", "0"], "--games 0: must be >= 1"),
     (["--opponent", "random", "--max-plies", "0"], "--max-plies 0: must be >= 1"),
+    (["--opponent", "random", "--adjudicate", "-1"], "--adjudicate -1: pawns must be >= 0"),
 ])
 def test_bad_flags_are_one_line_errors(flags, named, capsys):
     assert main(["play", *flags]) == 2

@@ -5,8 +5,10 @@ a skill level. The model is white in the even games. All games advance in lockst
 batched generation for every game where the model is to move.
 
 Games end by python-chess's rules; threefold repetition and the fifty-move rule end them as soon as
-they hold (the draw is claimed), and a game still running after --max-plies is adjudicated a draw.
-The model's moves are then judged by Stockfish at the P labels' limit (quality.py): `acpl` is their
+they hold (the draw is claimed). A game still running after --max-plies is adjudicated by Stockfish's
+eval of its final position at the P labels' limit: won by the side ahead by at least --adjudicate
+pawns, else drawn (a model that wins material from a random mover but cannot mate would otherwise
+draw every game). The model's moves are then judged by Stockfish at the P labels' limit (quality.py): `acpl` is their
 mean loss in pawns, an illegal or missing move counting as the cap.
 """
 
@@ -26,6 +28,7 @@ from rookworld.errors import UserError
 OPPONENTS = ("random", "stockfish")
 PLY_LIMIT = "ply limit adjudication"
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+ADJUDICATE_PAWNS = 5.0  # a rook and more: decisive, and beyond the noise of a depth-10 eval
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Stockfish's search depth per move (default: 10; only with --opponent stockfish)")
     parser.add_argument("--games", type=int, default=10, help="games to play (default: 10)")
     parser.add_argument("--max-plies", type=int, default=200,
-                        help="plies after which a running game is adjudicated a draw (default: 200)")
+                        help="plies after which a running game is adjudicated (default: 200)")
+    parser.add_argument("--adjudicate", type=float, default=ADJUDICATE_PAWNS,
+                        help="a game at the ply limit is won by the side Stockfish's eval of the final position "
+                             f"puts ahead by at least this many pawns, else drawn (0: always drawn; default: "
+                             f"{ADJUDICATE_PAWNS:g})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random mover and of the model's fallback moves (default: 0)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
@@ -71,6 +78,7 @@ class Game:
     model_moves: list[tuple[str, str | None]] = field(default_factory=list)
     outcome: chess.Outcome | None = None
     termination: str | None = None
+    final_eval: float | None = None  # pawns, the model's view: Stockfish's eval of a position at the ply limit
 
     def model_to_move(self) -> bool:
         return self.board.turn == self.model_color
@@ -81,10 +89,16 @@ class Game:
         if self.outcome is not None:
             self.termination = self.outcome.termination.name.lower().replace("_", " ")
 
-    def adjudicate(self) -> None:
-        """A game past the ply limit is a draw (python-chess has no adjudication ending: VARIANT_DRAW stands in
-        for it in `outcome`, `termination` names it)."""
-        self.outcome, self.termination = chess.Outcome(chess.Termination.VARIANT_DRAW, None), PLY_LIMIT
+    def adjudicate(self, model_eval: float | None, pawns: float) -> None:
+        """A game past the ply limit: won by the side `model_eval` (the model's view, None: not judged) puts at
+        least `pawns` ahead, else drawn (python-chess has no adjudication ending: VARIANT_WIN and VARIANT_DRAW
+        stand in for it in `outcome`, `termination` names it)."""
+        self.final_eval, self.termination = model_eval, PLY_LIMIT
+        if model_eval is not None and pawns > 0 and abs(model_eval) >= pawns:
+            winner = self.model_color if model_eval > 0 else not self.model_color
+            self.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, winner)
+        else:
+            self.outcome = chess.Outcome(chess.Termination.VARIANT_DRAW, None)
 
     @property
     def model_result(self) -> str:
@@ -104,7 +118,8 @@ def ended(board: chess.Board) -> chess.Outcome | None:
 
 
 def play_games(player, opponent, games: int, max_plies: int, progress=None) -> list[Game]:
-    """`games` games in lockstep, one ply of every running game per round."""
+    """`games` games in lockstep, one ply of every running game per round; those still running after
+    `max_plies` are left without an outcome, for `adjudicate`."""
     played = [Game(i, chess.WHITE if i % 2 == 0 else chess.BLACK) for i in range(games)]
     for ply in range(1, max_plies + 1):
         running = [g for g in played if g.outcome is None]
@@ -119,10 +134,23 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None) -> l
             game.push(opponent.play(game.board))
         if progress is not None:
             progress.update(ply, {"running": sum(g.outcome is None for g in played)})
-    for game in played:
-        if game.outcome is None:
-            game.adjudicate()
     return played
+
+
+def adjudicate(played: list[Game], pool, pawns: float) -> None:
+    """Decides the games still running by Stockfish's eval of their final positions at the P labels' limit
+    (`pool`, a StockfishPool; not used when `pawns` is 0: every such game is drawn)."""
+    from rookworld.stockfish import LABEL_LIMIT
+
+    running = [g for g in played if g.outcome is None]
+    if not running or pawns == 0:
+        for game in running:
+            game.adjudicate(None, pawns)
+        return
+    analyses = pool.analyse([g.board.fen() for g in running], LABEL_LIMIT, multipv=1)
+    for game, analysis in zip(running, analyses):
+        mover_eval = analysis.evals[0]  # from the side to move's view
+        game.adjudicate(mover_eval if game.model_to_move() else -mover_eval, pawns)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -140,14 +168,18 @@ def summary(played: list[Game], losses: list[float]) -> dict:
             "result": game.outcome.result(), "model_result": game.model_result, "termination": game.termination,
             "plies": game.board.ply(), "model_moves": len(mine),
             "illegal_moves": sum(uci is None for _, uci in game.model_moves),
-            "acpl": _mean(mine),
+            "acpl": _mean(mine), "final_eval": game.final_eval,
             "moves": [move.uci() for move in game.board.move_stack]})
     counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
     moves = sum(g["model_moves"] for g in per_game)
     illegal = sum(g["illegal_moves"] for g in per_game)
     legal = [loss for (_, uci), loss in zip((m for g in played for m in g.model_moves), losses) if uci is not None]
+    points = [POINTS[g["model_result"]] for g in per_game]
+    score = sum(points) / len(points)
+    spread = sum((p - score) ** 2 for p in points) / (len(points) - 1) if len(points) > 1 else 0.0
     return {"games": len(played), "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
-            "score": sum(POINTS[kind] * n for kind, n in counts.items()) / len(played),
+            "score": score, "score_se": (spread / len(points)) ** 0.5,
+            "adjudicated": sum(g.termination == PLY_LIMIT for g in played),
             "acpl": _mean(losses), "acpl_legal": _mean(legal),
             "illegal_rate": illegal / moves if moves else 0.0,
             "plies": sum(g["plies"] for g in per_game), "model_moves": moves, "illegal_moves": illegal,
@@ -193,6 +225,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--games", args.games), ("--max-plies", args.max_plies), ("--threads", args.threads)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
+    if args.adjudicate < 0:
+        raise UserError(f"--adjudicate {args.adjudicate:g}: pawns must be >= 0 (0: games at the ply limit are drawn)")
     started = time.perf_counter()
     opponent = _opponent(args)
     try:
@@ -205,15 +239,17 @@ def run(args: argparse.Namespace) -> int:
     moves = [move for game in played for move in game.model_moves]
     print(f"judging the model's {len(moves)} moves with Stockfish at {LABEL_LIMIT.key()}", flush=True)
     with StockfishPool(processes=args.threads) as pool:
+        adjudicate(played, pool, args.adjudicate)
         losses = [quality.loss for quality in judge_moves(pool, moves)]
     model_name = args.model or "rookworld embedded model"
     engine = opponent if args.opponent == "stockfish" else None
     results = {"settings": {"model": model_name, "opponent": args.opponent, "skill": engine and engine.skill,
                             "depth": engine and engine.limit.depth, "seed": args.seed, "max_plies": args.max_plies,
-                            "judge_limit": LABEL_LIMIT.key()},
+                            "adjudicate": args.adjudicate, "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses), "play_s": play_s, "wall_s": time.perf_counter() - started}
     print(f"{model_name} vs {opponent.name}: {results['games']} games, +{results['wins']} ={results['draws']} "
-          f"-{results['losses']}, score {results['score']:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
+          f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
+          f"{results['score_se']:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
           f"{results['illegal_rate']:.3f}, {results['plies']} plies in {results['wall_s']:.0f} s")
     if args.pgn:
         write_pgn(args.pgn, played, model_name, opponent.name)
