@@ -8,8 +8,8 @@ Games end by python-chess's rules; threefold repetition and the fifty-move rule 
 they hold (the draw is claimed). A game still running after --max-plies is adjudicated by Stockfish's
 eval of its final position at the P labels' limit: won by the side ahead by at least --adjudicate
 pawns, else drawn (a model that wins material from a random mover but cannot mate would otherwise
-draw every game). The model's moves are then judged by Stockfish at the P labels' limit (quality.py): `acpl` is their
-mean loss in pawns, an illegal or missing move counting as the cap.
+draw every game). The model's moves are then judged by Stockfish at the same limit (quality.py):
+`acpl` is their mean loss in pawns, an illegal or missing move counting as the cap.
 """
 
 from __future__ import annotations
@@ -143,14 +143,13 @@ def adjudicate(played: list[Game], pool, pawns: float) -> None:
     from rookworld.stockfish import LABEL_LIMIT
 
     running = [g for g in played if g.outcome is None]
-    if not running or pawns == 0:
-        for game in running:
-            game.adjudicate(None, pawns)
-        return
-    analyses = pool.analyse([g.board.fen() for g in running], LABEL_LIMIT, multipv=1)
-    for game, analysis in zip(running, analyses):
-        mover_eval = analysis.evals[0]  # from the side to move's view
-        game.adjudicate(mover_eval if game.model_to_move() else -mover_eval, pawns)
+    evals: list[float | None] = [None] * len(running)
+    if pawns > 0:
+        analyses = pool.analyse([g.board.fen() for g in running], LABEL_LIMIT, multipv=1)
+        # an analysis speaks for the side to move
+        evals = [a.evals[0] if g.model_to_move() else -a.evals[0] for g, a in zip(running, analyses)]
+    for game, model_eval in zip(running, evals):
+        game.adjudicate(model_eval, pawns)
 
 
 def _mean(values: list[float]) -> float | None:
