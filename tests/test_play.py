@@ -1,5 +1,5 @@
-"""`rookworld play`: the model's move choice and its fallback, game ends, and real games of the embedded
-model against the random mover and Stockfish (JSON totals, PGN, seeds, flag errors)."""
+"""`rookworld play`: the model's move choice and its fallback, game ends, adjudication at the ply limit, and
+real games of the embedded model against the random mover and Stockfish (JSON totals, PGN, seeds, flag errors)."""
 
 import json
 import random

@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--games", type=int, default=10, help="games to play (default: 10)")
     parser.add_argument("--max-plies", type=int, default=200,
                         help="plies after which a running game is adjudicated (default: 200)")
-    parser.add_argument("--adjudicate", type=float, default=ADJUDICATE_PAWNS,
+    parser.add_argument("--adjudicate", type=float, default=ADJUDICATE_PAWNS, metavar="PAWNS",
                         help="a game at the ply limit is won by the side Stockfish's eval of the final position "
                              f"puts ahead by at least this many pawns, else drawn (0: always drawn; default: "
                              f"{ADJUDICATE_PAWNS:g})")
