@@ -106,7 +106,7 @@ def _play(tmp_path, name, *flags):
 
 
 def _check_consistent(results, max_plies):
-    games = results["per_game"]
+    games, pawns = results["per_game"], results["settings"]["adjudicate"]
     assert results["wins"] + results["draws"] + results["losses"] == results["games"] == len(games)
     assert results["score"] == pytest.approx(
         (results["wins"] + 0.5 * results["draws"]) / results["games"])
@@ -122,7 +122,6 @@ def _check_consistent(results, max_plies):
         assert game["model_color"] == ("white" if game["index"] % 2 == 0 else "black")
         assert game["model_moves"] == (game["plies"] + (game["model_color"] == "white")) // 2
         assert game["plies"] <= max_plies
-        pawns = results["settings"]["adjudicate"]
         if game["termination"] == PLY_LIMIT:
             assert game["plies"] == max_plies
             ahead = game["final_eval"] is not None and pawns > 0 and abs(game["final_eval"]) >= pawns

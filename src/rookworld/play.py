@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 import chess
 
 from rookworld.errors import UserError
+from rookworld.metrics import estimate
 
 OPPONENTS = ("random", "stockfish")
 PLY_LIMIT = "ply limit adjudication"
@@ -173,11 +175,9 @@ def summary(played: list[Game], losses: list[float]) -> dict:
     moves = sum(g["model_moves"] for g in per_game)
     illegal = sum(g["illegal_moves"] for g in per_game)
     legal = [loss for (_, uci), loss in zip((m for g in played for m in g.model_moves), losses) if uci is not None]
-    points = [POINTS[g["model_result"]] for g in per_game]
-    score = sum(points) / len(points)
-    spread = sum((p - score) ** 2 for p in points) / (len(points) - 1) if len(points) > 1 else 0.0
+    score = estimate([[POINTS[g["model_result"]]] for g in per_game])  # each game its own cluster
     return {"games": len(played), "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
-            "score": score, "score_se": (spread / len(points)) ** 0.5,
+            "score": score.mean, "score_se": None if math.isnan(score.se) else score.se,
             "adjudicated": sum(g.termination == PLY_LIMIT for g in played),
             "acpl": _mean(losses), "acpl_legal": _mean(legal),
             "illegal_rate": illegal / moves if moves else 0.0,
@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
                **summary(played, losses), "play_s": play_s, "wall_s": time.perf_counter() - started}
     print(f"{model_name} vs {opponent.name}: {results['games']} games, +{results['wins']} ={results['draws']} "
           f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
-          f"{results['score_se']:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
+          f"{results['score_se'] or 0:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
           f"{results['illegal_rate']:.3f}, {results['plies']} plies in {results['wall_s']:.0f} s")
     if args.pgn:
         write_pgn(args.pgn, played, model_name, opponent.name)
