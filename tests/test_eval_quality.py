@@ -83,6 +83,29 @@ def test_best_of_k_takes_each_prompts_smallest_loss(engine, sample, blunder_loss
 
 
 @pytest.mark.stockfish
+def test_positions_in_check_get_their_own_acpl_legality_and_accuracy(engine, sample):
+    # White in check from an unguarded rook: Kxe2 is best, Kd1 and Kf1 are the only other legal moves.
+    check = "4k3/8/8/8/8/8/4r3/4K3 w - - 0 1"
+    analysis = engine.analyse([check], FAST)[0]
+    assert analysis.moves[0] == "e1e2" and sorted(analysis.moves) == ["e1d1", "e1e2", "e1f1"]
+    in_check = Sample("P", text.p_prompt(check), text.p_target(check, analysis.moves, analysis.evals, "e1e2"),
+                      analysis)
+
+    def answer(best: str) -> str:
+        return text.p_target(check, analysis.moves, analysis.evals, best)
+
+    groups = [[answer("e1e2")], [answer("e1e3")], [completion("a1a8")]]
+    result = evaluate_completions([in_check, in_check, sample], groups, engine, limit=FAST)
+    # the best move and an illegal one on the two positions in check; the mate in one is not in check
+    assert result["P/best_move_legal/check"] == 0.5 and result["P/best_move_legal/check/n"] == 2
+    assert result["P/best_move_acc/check"] == 0.5
+    assert result["P/acpl/check"] == pytest.approx(LOSS_CAP_PAWNS / 2)
+    assert result["P/acpl"] == pytest.approx(LOSS_CAP_PAWNS / 3) and result["P/acpl/n"] == 3
+    assert not any(name.endswith("/check") for name in evaluate_completions([sample], [[completion("a1a8")]],
+                                                                             engine, limit=FAST))
+
+
+@pytest.mark.stockfish
 def test_trainers_call_gets_the_quality_metrics(engine, gpt2_tokenizer):
     """evaluate_model(model, tokenizer, samples, cfg, pool), as train.py calls it, at the label limit; a random
     model writes no B: move, so every move is the cap."""

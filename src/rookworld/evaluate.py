@@ -117,7 +117,7 @@ def prompt_values(samples: Sequence[Sample], groups: Sequence[Sequence[str]], po
     """Each prompt's metric values over its completions (one group of >= 1 per sample): the metrics, the
     training reward, best of k (NAME@k) when the groups hold several, and the move-quality metrics
     (P/acpl, P/acpl_legal, P/expected_score_loss, P/band/...) when a Stockfish `pool` is given, judged at `limit`
-    (default: the label limit)."""
+    (default: the label limit); NAME/check repeats some P metrics on the positions in check."""
     from rookworld import metrics
 
     flat_samples = [s for s, group in zip(samples, groups) for _ in group]
@@ -129,7 +129,8 @@ def prompt_values(samples: Sequence[Sample], groups: Sequence[Sequence[str]], po
             for quality in qualities:
                 for name, value in metrics.quality_metrics(quality).items():
                     values[name].append(value)
-    for values, group in zip(per_prompt, groups):
+    for sample, values, group in zip(samples, per_prompt, groups):
+        metrics.add_check_metrics(sample, values)
         if len(group) > 1:
             metrics.add_best_of(values, len(group))
     return per_prompt

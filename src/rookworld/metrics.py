@@ -18,6 +18,7 @@ from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
 from rookworld.analysis import clip_pawns
+from rookworld.data.cases import classify_p
 from rookworld.data.record import Sample
 from rookworld.quality import BANDS, MoveQuality
 from rookworld.rewards import Score, p_board
@@ -25,6 +26,9 @@ from rookworld.rewards import Score, p_board
 FEN_FIELDS = 6
 # A cases whose exact accuracy is reported on its own (meta.case, from data.cases).
 A_CASE_METRICS = ("first_move", "checkmate", "stalemate", "illegal")
+# P metrics also reported, as NAME/check, on the positions whose side to move is in check (data.cases.classify_p):
+# the base model's move is illegal in most of them, and GRPO has lost ground there while gaining elsewhere.
+P_CHECK_METRICS = ("P/acpl", "P/best_move_legal", "P/best_move_acc")
 SE_SUFFIX, N_SUFFIX = "/se", "/n"  # NAME/se, NAME/n: a metric's standard error and its number of prompts
 # NAME/delta, NAME/delta/se: a model's difference from another on the same prompts, and its paired SE
 DELTA_SUFFIX = "/delta"
@@ -118,6 +122,14 @@ def group_values(sample: Sample, completions: Sequence[str],
             values["reward/mean"].append(scores[i].reward)
             values[f"reward/{sample.task}"].append(scores[i].reward)
     return values
+
+
+def add_check_metrics(sample: Sample, values: dict[str, list[float]]) -> None:
+    """NAME/check, a copy of each P_CHECK_METRICS value of a P prompt whose side to move is in check."""
+    if sample.task == "P" and classify_p(sample.fen) == "check":
+        for name in P_CHECK_METRICS:
+            if name in values:
+                values[f"{name}/check"] = list(values[name])
 
 
 def add_best_of(values: dict[str, list[float]], k: int) -> None:
