@@ -371,6 +371,58 @@ def test_field_credit_changes_the_update_of_the_same_rollouts(tmp_path):
     assert any(not torch.equal(field[k], sequence[k]) for k in field)
 
 
+def test_p_choice_groups_sample_only_the_b_move_after_the_greedy_fields(tmp_path):
+    """--p-choice: a choice group's completions share the policy's greedy M: and E: fields up to 'B:' and
+    sample only what follows; the share picks the first of a chunk's P prompts; only the sampled tokens are in
+    the completion mask; the greedy completion of a choice group is the plain greedy completion."""
+    from rookworld import text
+    from rookworld.hub import load_model, resolve_default_model
+
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    assert train.configs_from_args(parser.parse_args(["--p-choice", "0.5"]))[0].p_choice == 0.5
+    cfg = train.TrainConfig(data="embedded", batch_size=3, group_size=4, p_choice=0.5, threads=1, processes=1)
+    policy, tokenizer = load_model(resolve_default_model())
+    samples = train.load_data(cfg)[0]
+    p_rows = [s for s in samples if s.task == "P"]
+    part = [p_rows[0], next(s for s in samples if s.task == "A"), p_rows[1]]
+    limits, G = rollout.completion_limits(cfg, tokenizer, samples, policy.config.n_positions), cfg.group_size
+    gen, texts, settings, best = rollout.sample_chunk(policy, tokenizer, part, cfg, limits,
+                                                      rollout.chunk_generator(0, 0, 0, torch.device("cpu")),
+                                                      greedy=True)
+    plain_best = rollout.sample_chunk(policy, tokenizer, part, replace(cfg, p_choice=0.0), limits,
+                                      rollout.chunk_generator(0, 0, 0, torch.device("cpu")), greedy=True)[3]
+    assert best == plain_best  # greedy after the greedy prefix is greedy all the way
+    head = best[0][:text.p_field_starts(best[0])[2] + 2]  # the chosen P prompt's greedy fields, up to 'B:'
+    assert head.endswith("B:") and all(t.startswith(head) for t in texts[:G])
+    assert len({t[len(head):] for t in texts[:G]}) > 1  # its B: moves are sampled
+    assert not any(t.startswith(head) for t in texts[2 * G:])  # one P prompt of two: the other samples it all
+    tails = gen.completion_mask.sum(1)
+    assert int(tails[:G].max()) < 12 < int(tails[2 * G:].min())  # a move and EOS, against a whole answer
+    prompt = tokenizer.encode(part[0].prompt + head)
+    width = int(gen.completion_mask[0].int().argmax())
+    assert gen.sequences[0, width - len(prompt):width].tolist() == prompt
+    assert settings[0].max_new_tokens == limits["P"] - len(tokenizer.encode(head)) and \
+        settings[2].max_new_tokens == limits["P"]
+    scores, _ = rollout.score_chunk(part, texts, cfg, None, None)
+    assert all(s.components["format"] > 0 for s in scores[:G])  # scored as whole P answers
+
+    for bad, message in (({"p_choice": 1.5}, "p_choice must be in"),
+                         ({"p_choice": 0.5, "p_expert": True}, "p_choice and p_expert cannot be combined")):
+        with pytest.raises(ValueError, match=message):
+            replace(cfg, **bad)
+    with pytest.raises(train.UserError, match="--p-choice and --credit field"):
+        train.main(replace(cfg, out=str(tmp_path / "run")), grpo.GRPOConfig(credit="field"))
+
+
+def test_p_choice_trains_and_falls_back_to_whole_answers_without_the_fields(tiny_run_inputs, tmp_path):
+    """A random model's greedy P completion has no M:/E:/B: fields: its P groups sample whole answers."""
+    model_dir, data = tiny_run_inputs
+    cfg = tiny_config(model_dir, data, tmp_path / "plain", steps=1, p_fraction=1.0)
+    runs = [train.main(c, grpo.GRPOConfig()) for c in (cfg, replace(cfg, out=str(tmp_path / "choice"), p_choice=1.0))]
+    assert records(runs[0])[0]["reward/mean"] == records(runs[1])[0]["reward/mean"]
+
+
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
     from rookworld.rewards import DENSE_ILLEGAL, NO_MOVE, RewardConfig
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from rookworld import text
 from rookworld.data.record import Sample
 from rookworld.evaluate import max_new_tokens
 from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_room, decoding, generate_groups
@@ -111,13 +112,44 @@ def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, lim
     ids = tokenizer.encode_prompts([s.prompt for s in samples])
     settings = [sampling_settings(cfg, limits, s.task) for s in samples]
     runner, step = decoding(policy, decoder)
+    prefixes = choice_prefixes(runner, step, tokenizer, samples, ids, settings, cfg.p_choice)
+    ids = [i + p for i, p in zip(ids, prefixes)]
+    settings = [replace(s, max_new_tokens=s.max_new_tokens - len(p)) for s, p in zip(settings, prefixes)]
     gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
                           decode_step=step)
     if cfg.p_expert:
         gen = with_labels(gen, samples, tokenizer)
-    best = tokenizer.decode_batch(generate_groups(runner, ids, 1, settings, eos_id=tokenizer.eos_id, greedy=True,
-                                                  decode_step=step).completions()) if greedy else []
-    return gen, tokenizer.decode_batch(gen.completions()), settings, best
+    heads = tokenizer.decode_batch(prefixes)
+
+    def texts(g: Generation) -> list[str]:  # whole completions: a choice group's greedy prefix, then its sample
+        return [heads[r // g.group_size] + t for r, t in enumerate(tokenizer.decode_batch(g.completions()))]
+
+    best = texts(generate_groups(runner, ids, 1, settings, eos_id=tokenizer.eos_id, greedy=True,
+                                 decode_step=step)) if greedy else []
+    return gen, texts(gen), settings, best
+
+
+def choice_prefixes(runner, step, tokenizer, samples: list[Sample], ids: list[list[int]],
+                    settings: list[SamplingSettings], share: float) -> list[list[int]]:
+    """`p_choice`: the first ceil(share x n) of the chunk's n P prompts become choice groups. Their M: and E:
+    fields are the policy's greedy ones, up to and with 'B:', and only the move after it is sampled: the
+    decision greedy play and evaluation make, in the context they make it in. Each prompt's prefix token ids
+    ([] for the other prompts, and for a greedy completion without the three fields in order)."""
+    prefixes: list[list[int]] = [[] for _ in samples]
+    chosen = [b for b, s in enumerate(samples) if s.task == "P"]
+    chosen = chosen[:math.ceil(share * len(chosen))]
+    if not chosen:
+        return prefixes
+    greedy = generate_groups(runner, [ids[b] for b in chosen], 1, [settings[b] for b in chosen],
+                             eos_id=tokenizer.eos_id, greedy=True, decode_step=step).completions()
+    for b, completion in zip(chosen, greedy):
+        starts = text.p_field_starts(tokenizer.decode(completion))
+        if starts is not None:
+            cut = starts[-1] + len(text.P_MARKERS[-1])
+            keep = sum(at < cut for at in tokenizer.token_starts(completion))
+            if keep < settings[b].max_new_tokens:
+                prefixes[b] = completion[:keep]
+    return prefixes
 
 
 def with_labels(gen: Generation, samples: list[Sample], tokenizer) -> Generation:

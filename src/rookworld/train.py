@@ -72,6 +72,10 @@ class TrainConfig:
         "help": "the last of each P group's G completions is the prompt's label (the data's target: the engine's "
                 "analysis) instead of a sample: off-policy guidance that puts the engine's answer in every P group, "
                 "scored like the others (reward/P counts it; needs num_iterations 1)"})
+    p_choice: float = field(default=0.0, metadata={
+        "help": "share of P groups that are choice groups: the policy's greedy M: and E: fields are the prompt's "
+                "context and only the B: move is sampled, so the group's rewards rank the moves that greedy play "
+                "would choose from its own list (0: every P group samples the whole answer)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -159,6 +163,9 @@ class TrainConfig:
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
             (not self.p_expert or self.num_iterations == 1,
              "p_expert's label rows have no sampling log-probs for a second PPO pass: use num_iterations 1"),
+            (0 <= self.p_choice <= 1, f"p_choice must be in [0, 1], got {self.p_choice}"),
+            (not (self.p_choice and self.p_expert), "p_choice and p_expert cannot be combined: a label is a whole "
+                                                    "answer, a choice group samples only its B: move"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
             (self.p_truth == "stored" or self.engine_rewards,
@@ -604,6 +611,9 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     if d.world > 1 and device.startswith("cuda"):
         device = rank_cuda_device(int(os.environ.get("LOCAL_RANK", d.rank)), torch.cuda.device_count())
     torch.manual_seed(cfg.seed)
+    if cfg.p_choice and gcfg.credit == "field":
+        raise UserError("--p-choice and --credit field cannot be combined: a choice group's completion is its B: "
+                        "move alone; use --credit sequence")
     rcfg = rcfg or RewardConfig()
     out = Path(cfg.out)
     resume_dir = None
