@@ -606,14 +606,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     from rookworld.runtime import pick_device, rank_cuda_device
     from rookworld.stockfish import StockfishPool
 
+    if cfg.p_choice and gcfg.credit == "field":
+        raise UserError("--p-choice and --credit field cannot be combined: a choice group's completion is its B: "
+                        "move alone; use --credit sequence")
     device = pick_device(cfg.device, cfg.threads)
     d = init_distributed(device)
     if d.world > 1 and device.startswith("cuda"):
         device = rank_cuda_device(int(os.environ.get("LOCAL_RANK", d.rank)), torch.cuda.device_count())
     torch.manual_seed(cfg.seed)
-    if cfg.p_choice and gcfg.credit == "field":
-        raise UserError("--p-choice and --credit field cannot be combined: a choice group's completion is its B: "
-                        "move alone; use --credit sequence")
     rcfg = rcfg or RewardConfig()
     out = Path(cfg.out)
     resume_dir = None
