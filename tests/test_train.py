@@ -15,7 +15,8 @@ import torch
 from conftest import one_error_line
 from safetensors.torch import load_file
 
-from rookworld import checkpoint, cli, grpo, rollout, runtime, train
+from rookworld import checkpoint, cli, grpo, hub, rollout, runtime, train
+from rookworld.lora import TARGETS
 from rookworld.model import GPT, GPTConfig
 
 pytestmark = pytest.mark.stockfish
@@ -663,6 +664,43 @@ def test_anchored_resume_is_bit_identical_and_needs_the_anchor_state(tiny_run_in
         train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=2, **options), gcfg, resume=str(plain))
 
 
+def test_lora_run_changes_the_matrices_by_low_rank_only(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    cfg, _, _ = train.configs_from_args(parser.parse_args(["--lora-rank", "2", "--lora-alpha", "4"]))
+    assert (cfg.lora_rank, cfg.lora_alpha) == (2, 4.0)
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    out = train.main(tiny_config(model_dir, data, tmp_path / "run", lr=1e-2, lora_rank=2, lora_alpha=4.0), gcfg)
+    before = hub.load_model(str(model_dir))[0].state_dict()
+    after = hub.load_model(str(out / "checkpoint-last"))[0].state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all(k.endswith(TARGETS) for k in changed)  # embeddings, biases and norms frozen
+    for k in changed:
+        assert torch.linalg.matrix_rank(after[k] - before[k], atol=1e-6) <= 2, k
+    assert all(r["grad_norm"] > 0 for r in records(out))
+
+
+def test_lora_resume_is_bit_identical_and_needs_the_adapters(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    options = dict(lr=1e-2, lora_rank=2, checkpoint_every=2)
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), gcfg)
+    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, **options), gcfg)
+    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, **options), gcfg,
+                         resume=str(first))
+    a = hub.load_model(str(straight / "checkpoint-last"))[0].state_dict()
+    b = hub.load_model(str(resumed / "checkpoint-last"))[0].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=1), gcfg)
+    with pytest.raises(train.UserError, match="saved by a run without LoRA adapters"):
+        train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=2, **options), gcfg, resume=str(plain))
+    with pytest.raises(train.UserError, match="saved by a run with LoRA adapters"):
+        train.main(tiny_config(model_dir, data, tmp_path / "split", steps=6, checkpoint_every=2), gcfg,
+                   resume=str(resumed))
+
+
 def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
@@ -747,17 +785,19 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("zero_std,chunk,anchor,mode,credit", [
-    ("keep", 2, 0, "loss", "sequence"), ("keep", 4, 0, "loss", "sequence"), ("resample", 2, 0, "loss", "sequence"),
-    ("keep", 2, 3, "loss", "sequence"), ("keep", 2, 3, "project", "sequence"), ("keep", 2, 0, "loss", "field")],
+@pytest.mark.parametrize("zero_std,chunk,anchor,mode,credit,lora", [
+    ("keep", 2, 0, "loss", "sequence", 0), ("keep", 4, 0, "loss", "sequence", 0),
+    ("resample", 2, 0, "loss", "sequence", 0), ("keep", 2, 3, "loss", "sequence", 0),
+    ("keep", 2, 3, "project", "sequence", 0), ("keep", 2, 0, "loss", "field", 0),
+    ("keep", 2, 0, "loss", "sequence", 2)],
     ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1", "projected anchor",
-         "field credit"])
+         "field credit", "LoRA"])
 def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor, mode,
-                                                           credit):
+                                                           credit, lora):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01, credit=credit)
     cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
-                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", anchor_mode=mode,
+                      rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", anchor_mode=mode, lora_rank=lora,
                       device="cpu")  # gloo, on any host
     single = weights(train.main(cfg, gcfg))
     ddp_cfg = replace(cfg, out=str(tmp_path / "ddp"))
@@ -876,10 +916,11 @@ def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(t
     assert code == 2 and "--kl-estimator full needs the reference on the policy's device" in capsys.readouterr().err
 
 
-def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path):
+@pytest.mark.parametrize("lora_rank", [0, 2], ids=["all weights", "LoRA"])
+def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path, lora_rank):
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, checkpoint_every=1, kl_max=1e-12, max_rollbacks=1,
-                      lr=1e-2, keep_last=5)
+                      lr=1e-2, keep_last=5, lora_rank=lora_rank)
     with pytest.raises(train.TrainingStopped, match="rollbacks"):
         train.main(cfg, grpo.GRPOConfig(beta=0.1, entropy_coef=0.01))
     run = tmp_path / "run"
@@ -895,6 +936,9 @@ def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_input
         opt_a, opt_b = (checkpoint.load_state(d)["optimizer"]["state"] for d in (good, rolled_back))
         assert opt_a.keys() == opt_b.keys() and opt_a
         assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])  # and AdamW's moments
+        if lora_rank:  # and the adapters
+            lora_a, lora_b = (checkpoint.load_state(d)["lora"] for d in (good, rolled_back))
+            assert lora_a.keys() == lora_b.keys() and all(torch.equal(lora_a[k], lora_b[k]) for k in lora_a)
 
 
 def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path):

@@ -29,6 +29,7 @@ from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, evaluate_model
 from rookworld.generation import FastDecoder, check_sampling
+from rookworld.lora import LoRA
 from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, weights_at
 from rookworld.rollout import Group, GroupSummary, collect, completion_limits
@@ -148,6 +149,11 @@ class TrainConfig:
         "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
     anchor_cases: str = field(default="mix", metadata={
         "help": "A anchor rows: 'mix', 'balanced' or 'sqrt', as --a-cases draws the GRPO prompts"})
+    lora_rank: int = field(default=0, metadata={
+        "help": "train low-rank adapters of this rank on the blocks' matrices instead of every weight (LoRA; "
+                "embeddings, biases and norms frozen; 0: off); LoRA usually wants a higher --lr"})
+    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scale numerator: the adapters' product is "
+                                                      "multiplied by lora_alpha / lora_rank"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -189,7 +195,7 @@ class TrainConfig:
             (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
         checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples")]
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank")]
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
@@ -381,11 +387,12 @@ def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
 
 
 def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
-    """The policy's gradients, summed over ranks in place (zeros for parameters that got none)."""
-    for p in policy.parameters():
+    """The trainable parameters' gradients, summed over ranks in place (zeros for those that got none)."""
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    for p in trainable:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    grads = [p.grad for p in policy.parameters()]
+    grads = [p.grad for p in trainable]
     if d.world > 1:
         import torch.distributed as dist
 
@@ -395,7 +402,8 @@ def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
 
 
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
-                  beta: float, max_completion: int, d: Dist, anchor: Anchor | None = None) -> dict[str, float]:
+                  beta: float, max_completion: int, d: Dist, anchor: Anchor | None = None,
+                  lora: LoRA | None = None) -> dict[str, float]:
     """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
 
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
@@ -404,6 +412,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     cfg.anchor_mode "project" removes from the GRPO gradient its component against that NLL's gradient
     (`anchor/cos`: their cosine before; `anchor/projected`: the share of optimizer steps that were projected).
     `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
+    With `lora` the optimizer steps its adapters, whose gradients come from the policy's (lora.py).
     """
     from rookworld.model import token_logprobs
     from rookworld.sft import batch_nll
@@ -444,8 +453,14 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     grad_norm = 0.0
     anchor_nll = anchor_cos = anchor_projected = 0.0
     project = anchor is not None and cfg.anchor_mode == "project"
-    for _ in range(cfg.num_iterations):
+    stepped = [p for group in optimizer.param_groups for p in group["params"]]
+
+    def zero_grad() -> None:  # the policy's and, with LoRA, the adapters'
+        policy.zero_grad(set_to_none=True)
         optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(cfg.num_iterations):
+        zero_grad()
         if anchor is not None and len(anchor.rows):
             with autocast:
                 nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
@@ -453,7 +468,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
             anchor_nll += float(nll.detach()) / cfg.num_iterations
         if project:  # the anchor's own gradient, kept aside (set_to_none detaches it, no copy): GRPO's is projected
             anchor_grads = _summed_grads(policy, d)
-            optimizer.zero_grad(set_to_none=True)
+            zero_grad()
         for mb, ref_logp in zip(micro, ref):
             mask = mb.completion_mask
             with autocast:
@@ -479,13 +494,17 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
             cos = grpo.project_conflict(grads, anchor_grads)
             anchor_cos += cos / cfg.num_iterations
             anchor_projected += float(cos < 0) / cfg.num_iterations
+        if lora is not None:
+            grads = lora.take_grads()
         grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
-            optimizer.zero_grad(set_to_none=True)
+            zero_grad()
             return {"grad_norm": grad_norm, "guard/nonfinite": 1.0, "update/applied": 0.0}
         if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(stepped, cfg.grad_clip)
         optimizer.step()
+        if lora is not None:
+            lora.write()
     # Sums over ranks, so every rank sees the same numbers (the rollback decision must agree).
     keys = SUMMED_STATS + TOKEN_MEAN_STATS
     *summed, tokens_seen = all_sum([totals[k] for k in keys] + [tokens_seen], d)
@@ -521,15 +540,19 @@ class RunState:
     reward_history: list[float] = field(default_factory=list)
 
 
-def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, ema: grpo.EMABaseline | None) -> dict[str, Any]:
+def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, ema: grpo.EMABaseline | None,
+             lora: LoRA | None) -> dict[str, Any]:
     """In-memory copy of the last good state, restored by a rollback."""
     return {"policy": copy.deepcopy(policy.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
-            "beta": beta_ctl.state_dict(), "baseline": None if ema is None else ema.state_dict()}
+            "beta": beta_ctl.state_dict(), "baseline": None if ema is None else ema.state_dict(),
+            "lora": None if lora is None else copy.deepcopy(lora.state_dict())}
 
 
 def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaController,
-            ema: grpo.EMABaseline | None) -> None:
+            ema: grpo.EMABaseline | None, lora: LoRA | None) -> None:
     policy.load_state_dict(snap["policy"])
+    if lora is not None:
+        lora.load_state_dict(snap["lora"])
     optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
     beta_ctl.load_state_dict(snap["beta"])
     if ema is not None:
@@ -638,7 +661,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     max_completion = max(limits.values())
     sampler = batch_sampler(cfg, train_samples)
     anchor_sampler = make_anchor_sampler(cfg, train_samples)
-    optimizer = training.make_optimizer(policy, cfg)
+    lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
+    optimizer = training.make_optimizer(lora or policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)
     state = RunState()
@@ -646,6 +670,12 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         saved = checkpoint.load_state(resume_dir)
         if d.main:
             checkpoint.clear_debris(out)
+        if (lora is None) != (saved.get("lora") is None):
+            saved_with, wanted = ("without", "with") if lora is not None else ("with", "without")
+            raise UserError(f"{resume_dir} was saved by a run {saved_with} LoRA adapters (--lora-rank) and cannot "
+                            f"continue {wanted} them; resume with that run's own config.json")
+        if lora is not None:
+            lora.load_state_dict(saved["lora"])  # the adapters and the frozen weights they add to
         optimizer.load_state_dict(saved["optimizer"])
         sampler.load_state_dict(saved["sampler"])
         beta_ctl.load_state_dict(saved["beta"])
@@ -661,7 +691,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             anchor_sampler.load_state_dict(saved["anchor"])
         state = RunState(**saved["run"])
     set_lr(optimizer, cfg, state)
-    good = snapshot(policy, optimizer, beta_ctl, ema)
+    good = snapshot(policy, optimizer, beta_ctl, ema, lora)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
     evals = {"eval/": (EvalConfig(batch_size=64), eval_samples)}
@@ -688,7 +718,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                                               "beta": beta_ctl.state_dict(), "run": asdict(state),
                                               "baseline": None if ema is None else ema.state_dict(),
                                               "anchor": None if anchor_sampler is None else
-                                              anchor_sampler.state_dict()},
+                                              anchor_sampler.state_dict(),
+                                              "lora": None if lora is None else lora.state_dict()},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
@@ -722,14 +753,15 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             # every rank draws the same rows and learns its share of them, as the batch's groups
             anchor = (Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device)
                       if anchor_sampler is not None else None)
-            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d, anchor)
+            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d, anchor,
+                                   lora)
             metrics.update(update)
             if update["guard/nonfinite"]:
                 state.skipped_steps += 1
             state.reward_history.append(metrics["reward/mean"])
             reason = runaway_reason(cfg, metrics, state)
             if reason is not None:
-                restore(good, policy, optimizer, beta_ctl, ema)
+                restore(good, policy, optimizer, beta_ctl, ema, lora)
                 state.rollbacks += 1
                 state.lr_scale *= cfg.lr_backoff
                 state.reward_history.clear()
@@ -757,7 +789,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             # eval metrics describe; other checkpoints carry no eval metrics.
             if evaluation or training.checkpoint_due(cfg, state.step):
                 save_checkpoint({**metrics, **evaluation})
-                good = snapshot(policy, optimizer, beta_ctl, ema)
+                good = snapshot(policy, optimizer, beta_ctl, ema, lora)
             progress.update(state.step, metrics)
     return out
 
