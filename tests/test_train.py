@@ -990,6 +990,23 @@ def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     assert "mean reward on this batch" in capsys.readouterr().out
 
 
+def test_inspect_takes_lora_into_its_update(tiny_run_inputs, tmp_path):
+    """The same sampled step, its update through rank-2 adapters: the gradient is the adapters' (B starts at
+    zero, so A's part is zero and the norm is another), the rollouts before the update the same."""
+    model_dir, data = tiny_run_inputs
+    reports = []
+    for name, extra in (("full", []), ("lora", ["--lora-rank", "2", "--lora-alpha", "2"])):
+        code = cli.main(["inspect", "--model", str(model_dir), "--data", str(data), "--batch-size", "3",
+                         "--group-size", "4", "--max-new-tokens-p", "16", "--max-new-tokens-a", "16", "--processes",
+                         "1", "--entropy-coef", "0.01", "--zero-std", "keep", "--json", str(tmp_path / f"{name}.json"),
+                         *extra])
+        assert code == 0
+        reports.append(json.loads((tmp_path / f"{name}.json").read_text()))
+    full, lora = reports
+    assert lora["reward_before"] == full["reward_before"]
+    assert 0 < lora["update"]["grad_norm"] != pytest.approx(full["update"]["grad_norm"])
+
+
 def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     report_file = tmp_path / "step.json"

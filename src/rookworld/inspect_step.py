@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from rookworld import grpo, training
+from rookworld import grpo
 from rookworld.rewards import RewardConfig, weights_at
 from rookworld.rollout import collect, completion_limits, rollout
 from rookworld.runtime import Dist
@@ -25,6 +25,7 @@ from rookworld.train import (
     batch_sampler,
     configs_from_args,
     group_advantages,
+    learner,
     learning_groups,
     load_data,
     make_anchor_sampler,
@@ -88,8 +89,9 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
         batch = Batch.of([groups[i] for i in learn], [advantages[i] for i in learn]) if learn else None
         anchor_sampler = make_anchor_sampler(cfg, train_samples)
         anchor = Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device) if anchor_sampler else None
-        update = policy_update(policy, reference, training.make_optimizer(policy, cfg), batch, gcfg, cfg, beta,
-                               max(limits.values()), d, anchor)
+        optimizer, lora = learner(policy, cfg)
+        update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max(limits.values()), d, anchor,
+                               lora)
         policy.eval()
         after = rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {}, rcfg)
     G = cfg.group_size

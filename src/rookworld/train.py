@@ -346,6 +346,12 @@ class Batch:
             yield self.select(order[start:start + size])
 
 
+def learner(policy, cfg: TrainConfig) -> tuple[torch.optim.AdamW, LoRA | None]:
+    """The run's optimizer and, with cfg.lora_rank, the adapters it steps (which freeze the policy's weights)."""
+    lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
+    return training.make_optimizer(lora or policy, cfg), lora
+
+
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
     """The learning rate of the step about to be taken: schedule times the rollback back-off."""
     training.set_lr(optimizer, cfg.lr * state.lr_scale * training.lr_factor(cfg, state.step))
@@ -661,8 +667,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     max_completion = max(limits.values())
     sampler = batch_sampler(cfg, train_samples)
     anchor_sampler = make_anchor_sampler(cfg, train_samples)
-    lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
-    optimizer = training.make_optimizer(lora or policy, cfg)
+    optimizer, lora = learner(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)
     state = RunState()
