@@ -4,8 +4,8 @@ Each block matrix W (attention in and out, MLP in and out) trains as W0 + s * B 
 random, B (out, R) zero and s = alpha / R; embeddings, biases and norms stay frozen. The policy itself stays a
 plain GPT whose matrices are rewritten after every optimizer step, so sampling, the fast decoder, torchrun and
 checkpoints see an ordinary model. The adapters' gradients follow from the model's own dL/dW by the chain rule,
-dL/dA = s * B^T dL/dW and dL/dB = s * dL/dW A^T: LoRA's gradients exactly, at the cost of the full-size weight
-gradients, which is what this option is for: a smaller, low-rank step, not a cheaper one.
+dL/dA = s * B^T dL/dW and dL/dB = s * dL/dW A^T: LoRA's gradients exactly. They cost the full-size weight
+gradients: the option is for a low-rank step, not a cheaper one.
 """
 
 from __future__ import annotations
