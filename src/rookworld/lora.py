@@ -37,10 +37,10 @@ class LoRA(nn.Module):
             weight.requires_grad_(True)  # for dL/dW, which becomes the adapters' gradients; never stepped itself
 
     def take_grads(self) -> list[torch.Tensor]:
-        """The adapters' gradients from the model's weight gradients (summed over ranks already), which
-        are cleared; returns them."""
+        """The adapters' gradients (assigned, never accumulated) from the model's weight gradients (summed
+        over ranks already), which are cleared; returns them."""
         for weight, a, b in zip(self.targets.values(), self.a, self.b):
-            g = weight.grad if weight.grad is not None else torch.zeros_like(weight)
+            g = weight.grad  # set for every target: the trainer zero-fills and sums before this
             a.grad = self.scale * (b.detach().T @ g)
             b.grad = self.scale * (g @ a.detach().T)
             weight.grad = None

@@ -349,7 +349,7 @@ class Batch:
 def learner(policy, cfg: TrainConfig) -> tuple[torch.optim.AdamW, LoRA | None]:
     """The run's optimizer and, with cfg.lora_rank, the adapters it steps (which freeze the policy's weights)."""
     lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
-    return training.make_optimizer(lora or policy, cfg), lora
+    return training.make_optimizer(policy if lora is None else lora, cfg), lora
 
 
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
@@ -460,13 +460,8 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     anchor_nll = anchor_cos = anchor_projected = 0.0
     project = anchor is not None and cfg.anchor_mode == "project"
     stepped = [p for group in optimizer.param_groups for p in group["params"]]
-
-    def zero_grad() -> None:  # the policy's and, with LoRA, the adapters'
-        policy.zero_grad(set_to_none=True)
-        optimizer.zero_grad(set_to_none=True)
-
     for _ in range(cfg.num_iterations):
-        zero_grad()
+        policy.zero_grad(set_to_none=True)  # all the optimizer steps: the policy's, or LoRA's (assigned, never summed)
         if anchor is not None and len(anchor.rows):
             with autocast:
                 nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
@@ -474,7 +469,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
             anchor_nll += float(nll.detach()) / cfg.num_iterations
         if project:  # the anchor's own gradient, kept aside (set_to_none detaches it, no copy): GRPO's is projected
             anchor_grads = _summed_grads(policy, d)
-            zero_grad()
+            policy.zero_grad(set_to_none=True)
         for mb, ref_logp in zip(micro, ref):
             mask = mb.completion_mask
             with autocast:
@@ -504,7 +499,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
             grads = lora.take_grads()
         grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
-            zero_grad()
+            policy.zero_grad(set_to_none=True)
             return {"grad_norm": grad_norm, "guard/nonfinite": 1.0, "update/applied": 0.0}
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(stepped, cfg.grad_clip)
