@@ -701,6 +701,50 @@ def test_lora_resume_is_bit_identical_and_needs_the_adapters(tiny_run_inputs, tm
                    resume=str(resumed))
 
 
+def test_the_weight_average_is_the_mean_of_the_policys_weights_from_its_step(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    assert train.configs_from_args(parser.parse_args(["--average-from", "2"]))[0].average_from == 2
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    options = dict(steps=4, lr=1e-2, checkpoint_every=1, keep_last=4)
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", **options), gcfg)
+    averaged = train.main(tiny_config(model_dir, data, tmp_path / "averaged", average_from=2, **options), gcfg)
+    # the mean is only written out: the policy samples and learns exactly as without it
+    assert [r["reward/mean"] for r in records(plain)] == [r["reward/mean"] for r in records(averaged)]
+    def state(run: Path, step: int | None = None) -> dict[str, torch.Tensor]:
+        return hub.load_model(str(run / (checkpoint.LAST if step is None else checkpoint.step_dir_name(step))))[0] \
+            .state_dict()
+
+    raw = {step: state(plain, step) for step in (1, 2, 3, 4)}
+    first = state(averaged, 1)
+    assert all(torch.equal(first[k], raw[1][k]) for k in first)  # before its step, the policy itself
+    mean = state(averaged)
+    assert any(not torch.equal(raw[2][k], raw[4][k]) for k in mean)
+    for k in mean:
+        torch.testing.assert_close(mean[k], (raw[2][k] + raw[3][k] + raw[4][k]) / 3, rtol=0, atol=1e-6)
+    own = checkpoint.load_state(averaged / checkpoint.LAST)["policy"]  # what a resume continues from
+    assert all(torch.equal(own[k], raw[4][k]) for k in raw[4])
+
+
+def test_weight_average_resume_is_bit_identical_and_needs_the_average(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    options = dict(lr=1e-2, average_from=2, checkpoint_every=1)
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=5, **options), gcfg)
+    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=3, **options), gcfg)  # mid-average
+    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=5, **options), gcfg,
+                         resume=str(first))
+    a, b = weights(straight), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=1), gcfg)
+    with pytest.raises(train.UserError, match="saved by a run without --average-from"):
+        train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=2, **options), gcfg, resume=str(plain))
+    with pytest.raises(train.UserError, match="saved by a run with --average-from"):
+        train.main(tiny_config(model_dir, data, tmp_path / "split", steps=6), gcfg, resume=str(resumed))
+
+
 def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
@@ -846,6 +890,7 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--resample-rounds", "-1"], "resample_rounds must be >= 0, got -1"),
     (["--p-cases", "illegal2"], "p_cases must be one of ('mix', 'balanced', 'sqrt')"),
     (["--adv-sign", "plus"], "adv_sign must be one of ('both', 'positive', 'negative')"),
+    (["--average-from", "101"], "average_from (101) must be <= steps (100)"),
 ])
 def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
     code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])
@@ -916,11 +961,11 @@ def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(t
     assert code == 2 and "--kl-estimator full needs the reference on the policy's device" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("lora_rank", [0, 2], ids=["all weights", "LoRA"])
-def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path, lora_rank):
+@pytest.mark.parametrize("lora_rank,average_from", [(0, 0), (2, 0), (0, 1)], ids=["all weights", "LoRA", "average"])
+def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path, lora_rank, average_from):
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, checkpoint_every=1, kl_max=1e-12, max_rollbacks=1,
-                      lr=1e-2, keep_last=5, lora_rank=lora_rank)
+                      lr=1e-2, keep_last=5, lora_rank=lora_rank, average_from=average_from)
     with pytest.raises(train.TrainingStopped, match="rollbacks"):
         train.main(cfg, grpo.GRPOConfig(beta=0.1, entropy_coef=0.01))
     run = tmp_path / "run"
@@ -936,12 +981,14 @@ def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_input
         opt_a, opt_b = (checkpoint.load_state(d)["optimizer"]["state"] for d in (good, rolled_back))
         assert opt_a.keys() == opt_b.keys() and opt_a
         assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])  # and AdamW's moments
-        if lora_rank:  # and the adapters
-            lora_a, lora_b = (checkpoint.load_state(d)["lora"] for d in (good, rolled_back))
-            assert lora_a.keys() == lora_b.keys() and all(torch.equal(lora_a[k], lora_b[k]) for k in lora_a)
+        for part in ("lora", "average", "policy"):  # and the adapters, or the mean and the policy's own weights
+            part_a, part_b = (checkpoint.load_state(d)[part] for d in (good, rolled_back))
+            assert (part_a is None) == (part_b is None) == (not (lora_rank if part == "lora" else average_from))
+            assert part_a is None or all(torch.equal(part_a[k], part_b[k]) for k in part_a)
 
 
-def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path):
+@pytest.mark.parametrize("average_from", [0, 2], ids=["policy", "average"])
+def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path, average_from):
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, evaluate_model
     from rookworld.hub import load_model
@@ -949,7 +996,7 @@ def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs,
 
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, eval_every=3, checkpoint_every=2, eval_limit=8,
-                      eval_draws=0, lr=3e-3, keep_last=6)
+                      eval_draws=0, lr=3e-3, keep_last=6, average_from=average_from)
     out = train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
     best = checkpoint.best(out)
     info = checkpoint.read_info(best)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.optim.swa_utils import AveragedModel
 
 from rookworld import checkpoint, credit, grpo, training
 from rookworld.data.batches import A_CASES, P_CASES
@@ -154,6 +155,10 @@ class TrainConfig:
                 "embeddings, biases and norms frozen; 0: off); LoRA usually wants a higher --lr"})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scale numerator: the adapters' product is "
                                                       "multiplied by lora_alpha / lora_rank"})
+    average_from: int = field(default=0, metadata={
+        "help": "from this step on, keep the uniform mean of the policy's weights after each update (Polyak-Ruppert "
+                "averaging, as SWA does): checkpoints, the periodic eval and the exported model hold the mean, "
+                "while sampling and updates use the policy's own weights (0: off)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -195,7 +200,9 @@ class TrainConfig:
             (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
         checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank")]
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank", "average_from")]
+        checks.append((self.average_from <= self.steps, f"average_from ({self.average_from}) must be <= steps "
+                                                        f"({self.steps}), or the mean would never start"))
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
@@ -350,6 +357,17 @@ def learner(policy, cfg: TrainConfig) -> tuple[torch.optim.AdamW, LoRA | None]:
     """The run's optimizer and, with cfg.lora_rank, the adapters it steps (which freeze the policy's weights)."""
     lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
     return training.make_optimizer(policy if lora is None else lora, cfg), lora
+
+
+def weight_average(policy, cfg: TrainConfig) -> AveragedModel | None:
+    """With cfg.average_from, the running uniform mean of the policy's weights (torch's AveragedModel, SWA's
+    average), updated after each step from that step on; None when off."""
+    return AveragedModel(policy) if cfg.average_from else None
+
+
+def exported(policy, average: AveragedModel | None):
+    """The weights a checkpoint, the periodic eval and the exported model hold: the mean once it has begun."""
+    return average.module if average is not None and average.n_averaged > 0 else policy
 
 
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
@@ -541,23 +559,21 @@ class RunState:
     reward_history: list[float] = field(default_factory=list)
 
 
-def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, ema: grpo.EMABaseline | None,
-             lora: LoRA | None) -> dict[str, Any]:
-    """In-memory copy of the last good state, restored by a rollback."""
+def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, parts: dict[str, Any]) -> dict[str, Any]:
+    """In-memory copy of the last good state, restored by a rollback; `parts`: the run's optional stateful
+    pieces by name (the ema baseline, LoRA adapters, the weight average), None where off."""
     return {"policy": copy.deepcopy(policy.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
-            "beta": beta_ctl.state_dict(), "baseline": None if ema is None else ema.state_dict(),
-            "lora": None if lora is None else copy.deepcopy(lora.state_dict())}
+            "beta": beta_ctl.state_dict(),
+            **{name: None if part is None else copy.deepcopy(part.state_dict()) for name, part in parts.items()}}
 
 
-def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaController,
-            ema: grpo.EMABaseline | None, lora: LoRA | None) -> None:
+def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaController, parts: dict[str, Any]) -> None:
     policy.load_state_dict(snap["policy"])
-    if lora is not None:
-        lora.load_state_dict(snap["lora"])
     optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
     beta_ctl.load_state_dict(snap["beta"])
-    if ema is not None:
-        ema.load_state_dict(snap["baseline"])
+    for name, part in parts.items():
+        if part is not None:
+            part.load_state_dict(copy.deepcopy(snap[name]))  # a snapshot may be restored more than once
 
 
 def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState) -> str | None:
@@ -665,6 +681,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     optimizer, lora = learner(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)
+    average = weight_average(policy, cfg)
+    parts = {"baseline": ema, "lora": lora, "average": average}
     state = RunState()
     if resume_dir is not None:
         saved = checkpoint.load_state(resume_dir)
@@ -689,9 +707,16 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 raise UserError(f"{resume_dir} holds no anchor sampler state: it was saved by a run without "
                                 f"--anchor-rows; resume with that run's own config.json")
             anchor_sampler.load_state_dict(saved["anchor"])
+        if (average is None) != (saved.get("average") is None):
+            raise UserError(f"{resume_dir} was saved by a run {'without' if average is not None else 'with'} "
+                            f"--average-from and cannot continue {'with' if average is not None else 'without'} "
+                            f"it; resume with that run's own config.json")
+        if average is not None:
+            average.load_state_dict(saved["average"])
+            policy.load_state_dict(saved["policy"])  # the model files hold the mean, this the policy's own
         state = RunState(**saved["run"])
     set_lr(optimizer, cfg, state)
-    good = snapshot(policy, optimizer, beta_ctl, ema, lora)
+    good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
     evals = {"eval/": (EvalConfig(batch_size=64), eval_samples)}
@@ -700,17 +725,19 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                                   balanced_subset(eval_samples, cfg.eval_sampled_limit))
 
     def held_out(step: int, pool) -> dict[str, float]:
+        model = exported(policy, average)
         if decoder is not None:
-            decoder.sync(policy)
+            decoder.sync(model)
         found = {f"{prefix}{k}": v for prefix, (eval_cfg, samples) in evals.items()
-                 for k, v in evaluate_model(policy, tokenizer, samples, eval_cfg, pool, decoder).items()}
+                 for k, v in evaluate_model(model, tokenizer, samples, eval_cfg, pool, decoder).items()}
         logger.log_eval(step, found)
         return found
 
     run_config = {"train": asdict(cfg), "grpo": asdict(gcfg), "reward": asdict(rcfg)}
 
     def write_model(directory: Path) -> None:
-        save_model(policy, tokenizer, directory, metadata={"trained_with": "rookworld train", **run_config})
+        save_model(exported(policy, average), tokenizer, directory,
+                   metadata={"trained_with": "rookworld train", **run_config})
 
     def save_checkpoint(metrics: dict[str, float] | None = None) -> None:
         if d.main:
@@ -719,7 +746,9 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                                               "baseline": None if ema is None else ema.state_dict(),
                                               "anchor": None if anchor_sampler is None else
                                               anchor_sampler.state_dict(),
-                                              "lora": None if lora is None else lora.state_dict()},
+                                              "lora": None if lora is None else lora.state_dict(),
+                                              "average": None if average is None else average.state_dict(),
+                                              "policy": None if average is None else policy.state_dict()},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
@@ -761,7 +790,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             state.reward_history.append(metrics["reward/mean"])
             reason = runaway_reason(cfg, metrics, state)
             if reason is not None:
-                restore(good, policy, optimizer, beta_ctl, ema, lora)
+                restore(good, policy, optimizer, beta_ctl, parts)
                 state.rollbacks += 1
                 state.lr_scale *= cfg.lr_backoff
                 state.reward_history.clear()
@@ -776,6 +805,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
             metrics["lr"] = optimizer.param_groups[0]["lr"]
             state.step += 1
+            if average is not None and reason is None and state.step >= cfg.average_from:
+                average.update_parameters(policy)
             set_lr(optimizer, cfg, state)
             metrics.update({"beta": beta,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
@@ -789,7 +820,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             # eval metrics describe; other checkpoints carry no eval metrics.
             if evaluation or training.checkpoint_due(cfg, state.step):
                 save_checkpoint({**metrics, **evaluation})
-                good = snapshot(policy, optimizer, beta_ctl, ema, lora)
+                good = snapshot(policy, optimizer, beta_ctl, parts)
             progress.update(state.step, metrics)
     return out
 
