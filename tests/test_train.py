@@ -701,17 +701,18 @@ def test_lora_resume_is_bit_identical_and_needs_the_adapters(tiny_run_inputs, tm
                    resume=str(resumed))
 
 
-def test_the_weight_average_is_the_mean_of_the_policys_weights_from_its_step(tiny_run_inputs, tmp_path):
+def test_the_weight_average_is_the_mean_of_the_policys_weights_over_the_runs_last_steps(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     parser = argparse.ArgumentParser()
     train.add_arguments(parser)
-    assert train.configs_from_args(parser.parse_args(["--average-from", "2"]))[0].average_from == 2
+    assert train.configs_from_args(parser.parse_args(["--average-last", "0.5"]))[0].average_last == 0.5
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
     options = dict(steps=4, lr=1e-2, checkpoint_every=1, keep_last=4)
     plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", **options), gcfg)
-    averaged = train.main(tiny_config(model_dir, data, tmp_path / "averaged", average_from=2, **options), gcfg)
+    averaged = train.main(tiny_config(model_dir, data, tmp_path / "averaged", average_last=0.75, **options), gcfg)
     # the mean is only written out: the policy samples and learns exactly as without it
     assert [r["reward/mean"] for r in records(plain)] == [r["reward/mean"] for r in records(averaged)]
+
     def state(run: Path, step: int | None = None) -> dict[str, torch.Tensor]:
         return hub.load_model(str(run / (checkpoint.LAST if step is None else checkpoint.step_dir_name(step))))[0] \
             .state_dict()
@@ -730,7 +731,7 @@ def test_the_weight_average_is_the_mean_of_the_policys_weights_from_its_step(tin
 def test_weight_average_resume_is_bit_identical_and_needs_the_average(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
-    options = dict(lr=1e-2, average_from=2, checkpoint_every=1)
+    options = dict(lr=1e-2, average_last=0.8, checkpoint_every=1)  # steps 2-5
     straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=5, **options), gcfg)
     first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=3, **options), gcfg)  # mid-average
     resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=5, **options), gcfg,
@@ -739,9 +740,9 @@ def test_weight_average_resume_is_bit_identical_and_needs_the_average(tiny_run_i
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
     plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=1), gcfg)
-    with pytest.raises(train.UserError, match="saved by a run without --average-from"):
+    with pytest.raises(train.UserError, match="saved by a run without --average-last"):
         train.main(tiny_config(model_dir, data, tmp_path / "plain", steps=2, **options), gcfg, resume=str(plain))
-    with pytest.raises(train.UserError, match="saved by a run with --average-from"):
+    with pytest.raises(train.UserError, match="saved by a run with --average-last"):
         train.main(tiny_config(model_dir, data, tmp_path / "split", steps=6), gcfg, resume=str(resumed))
 
 
@@ -890,7 +891,7 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--resample-rounds", "-1"], "resample_rounds must be >= 0, got -1"),
     (["--p-cases", "illegal2"], "p_cases must be one of ('mix', 'balanced', 'sqrt')"),
     (["--adv-sign", "plus"], "adv_sign must be one of ('both', 'positive', 'negative')"),
-    (["--average-from", "101"], "average_from (101) must be <= steps (100)"),
+    (["--average-last", "1.5"], "average_last is a share of the run's steps: it must be in [0, 1], got 1.5"),
 ])
 def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
     code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])
@@ -961,11 +962,11 @@ def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(t
     assert code == 2 and "--kl-estimator full needs the reference on the policy's device" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("lora_rank,average_from", [(0, 0), (2, 0), (0, 1)], ids=["all weights", "LoRA", "average"])
-def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path, lora_rank, average_from):
+@pytest.mark.parametrize("lora_rank,average_last", [(0, 0), (2, 0), (0, 1)], ids=["all weights", "LoRA", "average"])
+def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path, lora_rank, average_last):
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, checkpoint_every=1, kl_max=1e-12, max_rollbacks=1,
-                      lr=1e-2, keep_last=5, lora_rank=lora_rank, average_from=average_from)
+                      lr=1e-2, keep_last=5, lora_rank=lora_rank, average_last=average_last)
     with pytest.raises(train.TrainingStopped, match="rollbacks"):
         train.main(cfg, grpo.GRPOConfig(beta=0.1, entropy_coef=0.01))
     run = tmp_path / "run"
@@ -983,12 +984,12 @@ def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_input
         assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])  # and AdamW's moments
         for part in ("lora", "average", "policy"):  # and the adapters, or the mean and the policy's own weights
             part_a, part_b = (checkpoint.load_state(d)[part] for d in (good, rolled_back))
-            assert (part_a is None) == (part_b is None) == (not (lora_rank if part == "lora" else average_from))
+            assert (part_a is None) == (part_b is None) == (not (lora_rank if part == "lora" else average_last))
             assert part_a is None or all(torch.equal(part_a[k], part_b[k]) for k in part_a)
 
 
-@pytest.mark.parametrize("average_from", [0, 2], ids=["policy", "average"])
-def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path, average_from):
+@pytest.mark.parametrize("average_last", [0, 0.5], ids=["policy", "average"])
+def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path, average_last):
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, evaluate_model
     from rookworld.hub import load_model
@@ -996,18 +997,20 @@ def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs,
 
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, eval_every=3, checkpoint_every=2, eval_limit=8,
-                      eval_draws=0, lr=3e-3, keep_last=6, average_from=average_from)
+                      eval_draws=0, lr=3e-3, keep_last=6, average_last=average_last)
     out = train.main(cfg, grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
     best = checkpoint.best(out)
     info = checkpoint.read_info(best)
     assert info["step"] in (3, 6)  # an evaluated step, never a checkpoint that carried older eval metrics
     for step in (2, 4):
         assert "eval/reward/mean" not in checkpoint.read_info(out / checkpoint.step_dir_name(step))["metrics"]
-    model, tokenizer = load_model(best)
     with StockfishPool(processes=1) as pool:
-        again = evaluate_model(model, tokenizer, load_source(str(data), "eval", limit=8).samples,
-                               EvalConfig(batch_size=64), pool)
-    assert again["reward/mean"] == pytest.approx(info["metrics"]["eval/reward/mean"], abs=1e-9)
+        for evaluated in (best, out / checkpoint.LAST):  # the last: step 6, with averaging the mean of steps 4-6
+            model, tokenizer = load_model(evaluated)
+            again = evaluate_model(model, tokenizer, load_source(str(data), "eval", limit=8).samples,
+                                   EvalConfig(batch_size=64), pool)
+            recorded = checkpoint.read_info(evaluated)["metrics"]["eval/reward/mean"]
+            assert again["reward/mean"] == pytest.approx(recorded, abs=1e-9)
 
 
 def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):

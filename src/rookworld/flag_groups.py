@@ -14,7 +14,7 @@ TRAIN: dict[str, list[str]] = {
     "optimisation": ["steps", "batch_size", "lr", "lr_schedule", "min_lr_ratio", "warmup_steps", "weight_decay",
                      "beta1", "beta2", "grad_clip", "num_iterations", "micro_batch_size", "overfit_single_batch",
                      "anchor_rows", "anchor_coef", "anchor_mode",
-                     "anchor_tasks", "anchor_cases", "lora_rank", "lora_alpha", "average_from"],
+                     "anchor_tasks", "anchor_cases", "lora_rank", "lora_alpha", "average_last"],
     "GRPO loss": ["aggregation", "baseline", "baseline_a", "ema_momentum", "std_scaling", "credit", "eps_low",
                   "eps_high", "mask_truncated", "std_floor", "adv_clip", "adv_sign", "entropy_coef"],
     "reward": ["p_best_move_weight", "p_candidates_weight", "p_evals_weight", "p_format_weight", "best_move_shape",

@@ -155,10 +155,11 @@ class TrainConfig:
                 "embeddings, biases and norms frozen; 0: off); LoRA usually wants a higher --lr"})
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scale numerator: the adapters' product is "
                                                       "multiplied by lora_alpha / lora_rank"})
-    average_from: int = field(default=0, metadata={
-        "help": "from this step on, keep the uniform mean of the policy's weights after each update (Polyak-Ruppert "
-                "averaging, as SWA does): checkpoints, the periodic eval and the exported model hold the mean, "
-                "while sampling and updates use the policy's own weights (0: off)"})
+    average_last: float = field(default=0.0, metadata={
+        "help": "keep the uniform mean of the policy's weights after each of the run's last average_last x steps "
+                "steps (rounded, at least one; Polyak-Ruppert averaging, as SWA does): checkpoints from then on, "
+                "the periodic eval and the exported model hold the mean, while sampling and updates use the "
+                "policy's own weights (0: off)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -200,9 +201,9 @@ class TrainConfig:
             (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
         checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank", "average_from")]
-        checks.append((self.average_from <= self.steps, f"average_from ({self.average_from}) must be <= steps "
-                                                        f"({self.steps}), or the mean would never start"))
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank")]
+        checks.append((0 <= self.average_last <= 1, f"average_last is a share of the run's steps: it must be in "
+                                                    f"[0, 1], got {self.average_last}"))
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
@@ -360,9 +361,14 @@ def learner(policy, cfg: TrainConfig) -> tuple[torch.optim.AdamW, LoRA | None]:
 
 
 def weight_average(policy, cfg: TrainConfig) -> AveragedModel | None:
-    """With cfg.average_from, the running uniform mean of the policy's weights (torch's AveragedModel, SWA's
-    average), updated after each step from that step on; None when off."""
-    return AveragedModel(policy) if cfg.average_from else None
+    """With cfg.average_last, the running uniform mean of the policy's weights (torch's AveragedModel, SWA's
+    average), updated after each step from average_start(cfg) on; None when off."""
+    return AveragedModel(policy) if cfg.average_last else None
+
+
+def average_start(cfg: TrainConfig) -> int:
+    """The first step whose weights join the mean: the last round(average_last * steps) steps, at least one."""
+    return cfg.steps - max(1, round(cfg.average_last * cfg.steps)) + 1
 
 
 def exported(policy, average: AveragedModel | None):
@@ -709,7 +715,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             anchor_sampler.load_state_dict(saved["anchor"])
         if (average is None) != (saved.get("average") is None):
             raise UserError(f"{resume_dir} was saved by a run {'without' if average is not None else 'with'} "
-                            f"--average-from and cannot continue {'with' if average is not None else 'without'} "
+                            f"--average-last and cannot continue {'with' if average is not None else 'without'} "
                             f"it; resume with that run's own config.json")
         if average is not None:
             average.load_state_dict(saved["average"])
@@ -805,7 +811,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
             metrics["lr"] = optimizer.param_groups[0]["lr"]
             state.step += 1
-            if average is not None and reason is None and state.step >= cfg.average_from:
+            if average is not None and reason is None and state.step >= average_start(cfg):
                 average.update_parameters(policy)
             set_lr(optimizer, cfg, state)
             metrics.update({"beta": beta,
