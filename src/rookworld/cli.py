@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("rookworld.evaluate", "held-out P and A metrics of models or of given completions"),
     "sft": ("rookworld.sft", "supervised training from scratch or from a checkpoint (packed or target-only loss)"),
     "train": ("rookworld.train", "GRPO fine-tuning (default: the embedded model and dataset)"),
+    "average": ("rookworld.average", "the mean of several checkpoints' weights (runs of one starting model: a soup)"),
     "sweep": ("rookworld.sweep", "hyperparameter search over train runs (Optuna; resumable, several machines)"),
     "inspect": ("rookworld.inspect_step", "one GRPO step told in full: completions, rewards, loss parts"),
     "play": ("rookworld.play", "games of a model against a random mover or Stockfish: score, ACPL, JSON + PGN"),

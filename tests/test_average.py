@@ -1,0 +1,54 @@
+"""`rookworld average`: the mean of checkpoints' weights, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import one_error_line
+
+from rookworld import cli
+from rookworld.hub import load_model, save_model
+from rookworld.model import GPT, GPTConfig
+from rookworld.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Tokenizer:
+    return Tokenizer.train_chess(["P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"], vocab_size=257)
+
+
+def checkpoint(directory, tokenizer, seed: int, n_embd: int = 16):
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=64, n_embd=n_embd, n_layer=1, n_head=2))
+    save_model(model, tokenizer, directory)
+    return model.state_dict()
+
+
+def test_the_average_is_the_element_wise_mean(tmp_path, tokenizer):
+    states = [checkpoint(tmp_path / f"m{i}", tokenizer, seed=i) for i in range(3)]
+    code = cli.main(["average", *(f"--model={tmp_path / f'm{i}'}" for i in range(3)), "--out", str(tmp_path / "avg")])
+    assert code == 0
+    averaged = load_model(tmp_path / "avg")[0].state_dict()
+    for k, v in averaged.items():
+        torch.testing.assert_close(v, (states[0][k] + states[1][k] + states[2][k]) / 3, rtol=0, atol=1e-7)
+    assert all(not torch.equal(averaged[k], states[0][k]) for k in averaged if k.endswith("attn.c_attn.weight"))
+
+
+def test_one_model_or_another_shape_is_one_clear_line(tmp_path, tokenizer, capsys):
+    checkpoint(tmp_path / "a", tokenizer, seed=0)
+    checkpoint(tmp_path / "wide", tokenizer, seed=1, n_embd=32)
+    code = cli.main(["average", "--model", str(tmp_path / "a"), "--out", str(tmp_path / "avg")])
+    assert code == 2 and "an average needs two or more checkpoints" in one_error_line(capsys)
+    code = cli.main(["average", "--model", str(tmp_path / "a"), "--model", str(tmp_path / "wide"),
+                     "--out", str(tmp_path / "avg")])
+    assert code == 2 and "names or shapes differ" in one_error_line(capsys)
+    assert not (tmp_path / "avg").exists()
+
+
+def test_another_tokenizer_is_refused(tmp_path, tokenizer, capsys):
+    other = Tokenizer.train_chess(["A: 8/8/8/4k3/8/8/4P3/4K3 w - - 0 1+e2e4+"] * 50, vocab_size=270)  # with merges
+    checkpoint(tmp_path / "a", tokenizer, seed=0)
+    checkpoint(tmp_path / "b", other, seed=0)
+    code = cli.main(["average", "--model", str(tmp_path / "a"), "--model", str(tmp_path / "b"),
+                     "--out", str(tmp_path / "avg")])
+    assert code == 2 and "its tokenizer differs" in one_error_line(capsys)
