@@ -156,10 +156,10 @@ class TrainConfig:
     lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scale numerator: the adapters' product is "
                                                       "multiplied by lora_alpha / lora_rank"})
     average_last: float = field(default=0.0, metadata={
-        "help": "keep the uniform mean of the policy's weights after each of the run's last average_last x steps "
-                "steps (rounded, at least one; Polyak-Ruppert averaging, as SWA does): checkpoints from then on, "
-                "the periodic eval and the exported model hold the mean, while sampling and updates use the "
-                "policy's own weights (0: off)"})
+        "help": "share of the run's steps, counted from the end, over which the policy's weights are averaged "
+                "(uniform mean after each step, at least one step; Polyak-Ruppert averaging, as SWA does): "
+                "checkpoints from then on, the periodic eval and the exported model hold the mean, while sampling "
+                "and updates use the policy's own weights (0: off)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
