@@ -450,16 +450,23 @@ def test_resample_replaces_zero_std_groups_with_new_prompts(tmp_path):
     assert resampled["frac_zero_std"] < kept["frac_zero_std"]
 
 
+def straight_and_resumed(tiny_run_inputs, tmp_path: Path, gcfg: grpo.GRPOConfig, steps: int, stop: int,
+                         **options) -> tuple[Path, Path]:
+    """A run of `steps` steps, and the same run stopped after `stop` steps and resumed to `steps`."""
+    model_dir, data = tiny_run_inputs
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=steps, **options), gcfg)
+    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=stop, **options), gcfg)
+    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=steps, **options), gcfg,
+                         resume=str(first))
+    return straight, resumed
+
+
 @pytest.mark.parametrize("gcfg", [
     grpo.GRPOConfig(beta=0.05, beta_schedule="adaptive", kl_target=0.01, entropy_coef=0.01),
     grpo.GRPOConfig(beta=0.05, baseline="ema", ema_momentum=0.5, std_scaling="batch", entropy_coef=0.01),
 ], ids=["adaptive beta", "ema baseline"])
 def test_resume_is_bit_identical(tiny_run_inputs, tmp_path, gcfg):
-    model_dir, data = tiny_run_inputs
-    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, checkpoint_every=2), gcfg)
-    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, checkpoint_every=2), gcfg)
-    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, checkpoint_every=2), gcfg,
-                         resume=str(first))
+    straight, resumed = straight_and_resumed(tiny_run_inputs, tmp_path, gcfg, 4, 2, checkpoint_every=2)
     a, b = weights(straight), weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
@@ -652,10 +659,7 @@ def test_anchored_resume_is_bit_identical_and_needs_the_anchor_state(tiny_run_in
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
     options = dict(anchor_rows=3, anchor_tasks="PA", anchor_cases="balanced", checkpoint_every=2)
-    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), gcfg)
-    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, **options), gcfg)
-    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, **options), gcfg,
-                         resume=str(first))
+    straight, resumed = straight_and_resumed(tiny_run_inputs, tmp_path, gcfg, 4, 2, **options)
     a, b = weights(straight), weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["anchor/nll"] for r in records(straight)] == [r["anchor/nll"] for r in records(resumed)]
@@ -685,10 +689,7 @@ def test_lora_resume_is_bit_identical_and_needs_the_adapters(tiny_run_inputs, tm
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
     options = dict(lr=1e-2, lora_rank=2, checkpoint_every=2)
-    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), gcfg)
-    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, **options), gcfg)
-    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=4, **options), gcfg,
-                         resume=str(first))
+    straight, resumed = straight_and_resumed(tiny_run_inputs, tmp_path, gcfg, 4, 2, **options)
     a = hub.load_model(str(straight / "checkpoint-last"))[0].state_dict()
     b = hub.load_model(str(resumed / "checkpoint-last"))[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -732,10 +733,7 @@ def test_weight_average_resume_is_bit_identical_and_needs_the_average(tiny_run_i
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
     options = dict(lr=1e-2, average_last=0.8, checkpoint_every=1)  # steps 2-5
-    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=5, **options), gcfg)
-    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=3, **options), gcfg)  # mid-average
-    resumed = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=5, **options), gcfg,
-                         resume=str(first))
+    straight, resumed = straight_and_resumed(tiny_run_inputs, tmp_path, gcfg, 5, 3, **options)  # stop mid-average
     a, b = weights(straight), weights(resumed)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert [r["reward/mean"] for r in records(straight)] == [r["reward/mean"] for r in records(resumed)]
