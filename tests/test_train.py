@@ -93,6 +93,7 @@ LOSS_PATHS = {
     "greedy baseline": ({"baseline": "greedy"}, {}),
     "greedy baseline for A": ({"baseline_a": "greedy"}, {}),
     "one KL weight for both tasks": ({"beta_a_scale": 1.0}, {}),
+    "A held by its KL alone": ({"learn_a": False}, {}),
     "mask truncated": ({"mask_truncated": True}, {"max_new_tokens_p": 120, "max_new_tokens_a": 60}),
     "batch std": ({"std_scaling": "batch"}, {}),
     "positive advantages only": ({"adv_sign": "positive"}, {}),
@@ -199,6 +200,20 @@ def test_each_task_is_compared_with_its_own_baseline():
     assert ema.means == {"A": pytest.approx(3 / 8)}  # the first step: A's own mean
     assert torch.allclose(adv.values[1], a - 3 / 8) and torch.allclose(adv.values[0], p - p.mean())
     assert train.make_baseline(grpo.GRPOConfig()) is None
+
+
+def test_a_prompts_that_do_not_learn_keep_only_their_kl():
+    """--learn-a false: the A groups' advantages are 0 (their completions carry only the KL term), the P groups'
+    are unchanged, and which groups have equal rewards is still said (zero-std resampling draws as before)."""
+    def summary(task, rewards):
+        return rollout.GroupSummary(task, rewards, [{}] * len(rewards), [5] * len(rewards), [False] * len(rewards))
+    summaries = [summary("P", [1.0, 0.0, 0.5, 0.5]), summary("A", [1.0, 0.0, 1.0, 1.0]),
+                 summary("A", [1.0, 1.0, 1.0, 1.0]), summary("P", [0.2, 0.9, 0.2, 0.2])]
+    learning = train.step_advantages(summaries, grpo.GRPOConfig(), None)
+    holding = train.step_advantages(summaries, grpo.GRPOConfig(learn_a=False), None)
+    assert learning.values[1].abs().sum() > 0 and torch.equal(holding.values[1:3], torch.zeros(2, 4))
+    assert torch.equal(holding.values[[0, 3]], learning.values[[0, 3]])
+    assert holding.zero_std.tolist() == learning.zero_std.tolist() == [False, False, True, False]
 
 
 def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, tmp_path):

@@ -16,7 +16,7 @@ TRAIN: dict[str, list[str]] = {
                      "anchor_rows", "anchor_coef", "anchor_mode",
                      "anchor_tasks", "anchor_cases", "lora_rank", "lora_alpha", "average_last"],
     "GRPO loss": ["aggregation", "baseline", "baseline_a", "ema_momentum", "std_scaling", "credit", "eps_low",
-                  "eps_high", "mask_truncated", "std_floor", "adv_clip", "adv_sign", "entropy_coef"],
+                  "eps_high", "mask_truncated", "std_floor", "adv_clip", "adv_sign", "learn_a", "entropy_coef"],
     "reward": ["p_best_move_weight", "p_candidates_weight", "p_evals_weight", "p_format_weight", "best_move_shape",
                "best_move_scale", "best_move_illegal", "p_format_count", "reward_warmup_steps", "p_truth"],
     "KL": ["beta", "beta_a_scale", "kl_estimator", "kl_direction", "beta_schedule", "kl_importance_weight",

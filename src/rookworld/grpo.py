@@ -89,6 +89,10 @@ class GRPOConfig:
     beta_a_scale: float = field(default=5.0, metadata={
         "help": "multiplies beta on the A prompts' completions: 5 holds the arbiter nearer the reference while P "
                 "moves (1: the same KL as P's); the schedules move beta, and A's follows it"})
+    learn_a: bool = field(default=True, metadata={
+        "help": "whether the A prompts' rewards teach: false sets their advantages to 0, so an A completion "
+                "carries only its KL term (beta x beta_a_scale) and holds the arbiter near the reference while P "
+                "learns (GRPO on A alone loses A: docs/experiments.md)"})
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
                 "full-vocabulary KL per position, computed by the model code)"})

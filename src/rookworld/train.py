@@ -229,6 +229,8 @@ def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
         values[rows], zero_std[rows] = adv.values, adv.zero_std
         if kind == "ema":
             ema.update(tasks, part)
+    if not gcfg.learn_a:
+        values[[s.task == "A" for s in summaries]] = 0.0
     return grpo.Advantages(values=values, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
 
 
