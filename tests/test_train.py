@@ -101,6 +101,7 @@ LOSS_PATHS = {
     "adaptive beta": ({"beta_schedule": "adaptive"}, {}),
     "anchor": ({}, {"anchor_rows": 4, "anchor_tasks": "PA"}),
     "projected anchor": ({}, {"anchor_rows": 4, "anchor_mode": "project"}),
+    "anchor held to the reference": ({}, {"anchor_rows": 4, "anchor_mode": "kl"}),
 }
 
 
@@ -510,6 +511,52 @@ def test_the_anchor_teaches_the_stored_targets_of_its_task(tiny_run_inputs, tmp_
     assert len(nll) == 3 and all(math.isfinite(x) and x > 0 for x in nll)
     assert "anchor/nll" not in records(plain)[0]
     assert _target_nll(anchored, data, tasks) < _target_nll(plain, data, tasks) - 0.05
+
+
+@pytest.mark.parametrize("direction", ["reverse", "forward"])
+def test_the_kl_anchor_is_the_full_kl_from_the_reference_at_the_target_tokens(tiny_run_inputs, direction):
+    """--anchor-mode kl: the anchor rows' mean over their target tokens of the full-vocabulary KL between policy
+    and reference: 0 with a 0 gradient while the policy is the reference, and a step down its gradient after the
+    policy has moved brings the policy back towards the reference."""
+    from rookworld.data.sources import load_source
+    from rookworld.hub import load_model
+
+    model_dir, data = tiny_run_inputs
+    policy, tokenizer = load_model(str(model_dir))
+    reference = load_model(str(model_dir))[0].requires_grad_(False)
+    a_rows = [s for s in load_source(str(data), "all").samples if s.task == "A"][:4]
+    anchor = train.Anchor.of(tokenizer, a_rows, runtime.Dist(), "cpu")
+    term = anchor.term(policy, reference, "kl", direction)
+    term.backward()
+    assert term.item() == pytest.approx(0.0, abs=1e-6)
+    assert all(float(p.grad.abs().max()) < 1e-6 for p in policy.parameters() if p.grad is not None)
+
+    with torch.no_grad():  # the policy moves away from the reference
+        generator = torch.Generator().manual_seed(0)
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    policy.zero_grad()
+    term = anchor.term(policy, reference, "kl", direction)
+    term.backward()
+    with torch.no_grad():  # the same KL from whole logits, by hand
+        at = anchor.target[:, 1:]
+        mine = torch.log_softmax(policy.lm_head(policy.hidden(anchor.rows))[:, :-1][at], -1)
+        ref = torch.log_softmax(reference.lm_head(reference.hidden(anchor.rows))[:, :-1][at], -1)
+        p_log, q_log = (mine, ref) if direction == "reverse" else (ref, mine)
+        expected = float((p_log.exp() * (p_log - q_log)).sum() / anchor.target.sum())
+    assert term.item() == pytest.approx(expected, rel=1e-4) and term.item() > 0
+    with torch.no_grad():
+        for p in policy.parameters():
+            if p.grad is not None:
+                p.sub_(0.5 * p.grad)
+    assert anchor.term(policy, reference, "kl", direction).item() < term.item()
+
+
+def test_the_kl_anchor_needs_the_reference_that_beta_0_does_not_load(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    with pytest.raises(train.UserError, match="--anchor-mode kl .* --beta > 0"):
+        train.main(tiny_config(model_dir, data, tmp_path / "run", anchor_rows=4, anchor_mode="kl"),
+                   grpo.GRPOConfig(beta=0.0))
 
 
 def _update_grads(policy, batch, anchor, **overrides) -> tuple[list[torch.Tensor], dict]:

@@ -28,6 +28,7 @@ from rookworld.train import (
     learner,
     learning_groups,
     load_data,
+    load_reference,
     make_anchor_sampler,
     make_baseline,
     policy_update,
@@ -64,7 +65,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     torch.manual_seed(cfg.seed)
     source = cfg.model or str(resolve_default_model())
     policy, tokenizer = load_model(source, device=device)
-    reference = load_model(source, device=cfg.ref_device or device)[0].requires_grad_(False) if gcfg.beta > 0 else None
+    reference = load_reference(cfg, gcfg, device)
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
     limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
     sampler = batch_sampler(cfg, train_samples)

@@ -40,7 +40,7 @@ from rookworld.training import shared
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
 ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
-ANCHOR_MODES = ("loss", "project")
+ANCHOR_MODES = ("loss", "project", "kl")
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
@@ -140,12 +140,14 @@ class TrainConfig:
         "help": "training rows per step whose stored target is learned by teacher forcing beside the GRPO loss: "
                 "an SFT anchor against forgetting what the batches do not show (0: off)"})
     anchor_coef: float = field(default=1.0, metadata={
-        "help": "anchor_mode loss: weight of the anchor's mean target-token NLL (at 1.0 and 16 A rows its "
-                "gradient on the embedded model is about twice a GRPO step's)"})
+        "help": "anchor_mode loss or kl: weight of the anchor's term (at 1.0 and 16 A rows the NLL's gradient "
+                "on the embedded model is about twice a GRPO step's; the KL's starts at 0)"})
     anchor_mode: str = field(default="loss", metadata={
-        "help": "how the anchor guards: 'loss' (its NLL joins the loss, times anchor_coef) or 'project' (A-GEM: "
+        "help": "how the anchor guards: 'loss' (its NLL joins the loss, times anchor_coef), 'project' (A-GEM: "
                 "the GRPO gradient loses its component against the anchor NLL's gradient when they conflict, so "
-                "that to first order a step never raises the anchor's NLL; no anchor step of its own)"})
+                "that to first order a step never raises the anchor's NLL; no anchor step of its own) or 'kl' "
+                "(the full-vocabulary KL from the reference at the rows' target tokens joins the loss, times "
+                "anchor_coef: the starting model's answers kept, not the stored ones learned; needs beta > 0)"})
     anchor_tasks: str = field(default="A", metadata={
         "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
     anchor_cases: str = field(default="mix", metadata={
@@ -399,6 +401,37 @@ class Anchor:
         rows, target = target_batch(encode_samples(tokenizer, samples), tokenizer.eos_id)
         return cls(rows[d.rank::d.world].to(device), target[d.rank::d.world].to(device), float(target.sum()))
 
+    def term(self, policy, reference, mode: str, kl_direction: str) -> torch.Tensor:
+        """The rows' summed term over all ranks' target tokens: the NLL of the stored targets, or (mode 'kl')
+        the full-vocabulary KL between the policy and the reference, 0 with a 0 gradient until the policy moves."""
+        from rookworld.model import token_logprobs
+        from rookworld.sft import batch_nll
+
+        if mode == "kl":
+            summed = token_logprobs(policy, self.rows, self.target, reference=reference, kl=True,
+                                    kl_direction=kl_direction).kl.sum()
+        else:
+            summed = batch_nll(policy, self.rows, self.target).sum()
+        return summed / max(self.tokens, 1.0)
+
+
+def load_reference(cfg: TrainConfig, gcfg: grpo.GRPOConfig, device: str):
+    """The frozen starting model the KL terms measure against, on --ref-device (None with beta 0)."""
+    from rookworld.hub import load_model, resolve_default_model
+
+    anchor_kl = bool(cfg.anchor_rows) and cfg.anchor_mode == "kl"
+    if gcfg.beta <= 0:
+        if anchor_kl:
+            raise UserError("--anchor-mode kl holds the policy to the reference model, which --beta 0 does not "
+                            "load: give --beta > 0 or another --anchor-mode")
+        return None
+    ref_device = cfg.ref_device or device
+    if (gcfg.kl_estimator == "full" or anchor_kl) and ref_device != device:
+        raise UserError("--kl-estimator full and --anchor-mode kl need the reference on the policy's device; "
+                        "drop --ref-device")
+    reference, _ = load_model(cfg.model or str(resolve_default_model()), device=ref_device)
+    return reference.requires_grad_(False)
+
 
 def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     """The sampler of the GRPO prompts."""
@@ -441,13 +474,13 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
     Log-probs (policy, old, reference) are taken at each row's sampling temperature. `anchor` adds
     cfg.anchor_coef times the anchor rows' mean target-token NLL to every optimizer step (`anchor/nll`), or with
-    cfg.anchor_mode "project" removes from the GRPO gradient its component against that NLL's gradient
+    cfg.anchor_mode "kl" their mean full-vocabulary KL from the reference (`anchor/kl`), or with "project"
+    removes from the GRPO gradient its component against that NLL's gradient
     (`anchor/cos`: their cosine before; `anchor/projected`: the share of optimizer steps that were projected).
     `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
     With `lora` the optimizer steps its adapters, whose gradients come from the policy's (lora.py).
     """
     from rookworld.model import token_logprobs
-    from rookworld.sft import batch_nll
 
     needs_ref = beta > 0 and reference is not None
     full_kl = gcfg.kl_estimator == "full"
@@ -483,16 +516,16 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     totals = dict.fromkeys(SUMMED_STATS + TOKEN_MEAN_STATS, 0.0)  # token means as token-weighted sums
     tokens_seen = 0.0
     grad_norm = 0.0
-    anchor_nll = anchor_cos = anchor_projected = 0.0
+    anchor_term = anchor_cos = anchor_projected = 0.0
     project = anchor is not None and cfg.anchor_mode == "project"
     stepped = [p for group in optimizer.param_groups for p in group["params"]]
     for _ in range(cfg.num_iterations):
         policy.zero_grad(set_to_none=True)  # all the optimizer steps: the policy's, or LoRA's (assigned, never summed)
         if anchor is not None and len(anchor.rows):
             with autocast:
-                nll = batch_nll(policy, anchor.rows, anchor.target).sum() / max(anchor.tokens, 1.0)
-            (nll if project else cfg.anchor_coef * nll).backward()
-            anchor_nll += float(nll.detach()) / cfg.num_iterations
+                term = anchor.term(policy, reference, cfg.anchor_mode, gcfg.kl_direction)
+            (term if project else cfg.anchor_coef * term).backward()
+            anchor_term += float(term.detach()) / cfg.num_iterations
         if project:  # the anchor's own gradient, kept aside (set_to_none detaches it, no copy): GRPO's is projected
             anchor_grads = _summed_grads(policy, d)
             policy.zero_grad(set_to_none=True)
@@ -544,7 +577,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
     result["grad_norm"] = grad_norm
     if anchor is not None:
-        result["anchor/nll"] = all_sum([anchor_nll], d)[0]
+        result["anchor/kl" if cfg.anchor_mode == "kl" else "anchor/nll"] = all_sum([anchor_term], d)[0]
     if project:  # from the summed gradients: the same on every rank
         result["anchor/cos"] = anchor_cos
         result["anchor/projected"] = anchor_projected
@@ -672,14 +705,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     policy, tokenizer = load_model(model_source, device=device)
     policy.train()
     decoder = FastDecoder(policy) if fast_path(cfg.fast_decode, device) else None
-    reference = None
-    if gcfg.beta > 0:
-        ref_source = cfg.model or str(resolve_default_model())
-        ref_device = cfg.ref_device or device
-        if gcfg.kl_estimator == "full" and ref_device != device:
-            raise UserError("--kl-estimator full needs the reference on the policy's device; drop --ref-device")
-        reference, _ = load_model(ref_source, device=ref_device)
-        reference.requires_grad_(False)
+    reference = load_reference(cfg, gcfg, device)
 
     train_samples, eval_samples = load_data(cfg)
     limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
