@@ -1017,9 +1017,10 @@ def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(t
     on_cpu = train.main(tiny_config(model_dir, data, tmp_path / "cpu", device="cpu", ref_device="cpu"), gcfg)
     a, b = weights(default), weights(on_cpu)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    code = cli.main(["train", "--model", str(model_dir), "--data", str(data), "--device", "cpu", "--ref-device",
-                     "cuda", "--kl-estimator", "full", "--out", str(tmp_path / "full")])
-    assert code == 2 and "--kl-estimator full needs the reference on the policy's device" in capsys.readouterr().err
+    for flags in (["--kl-estimator", "full"], ["--anchor-rows", "4", "--anchor-mode", "kl"]):
+        code = cli.main(["train", "--model", str(model_dir), "--data", str(data), "--device", "cpu", "--ref-device",
+                         "cuda", *flags, "--out", str(tmp_path / "full")])
+        assert code == 2 and "need the reference on the policy's device" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("lora_rank,average_last", [(0, 0), (2, 0), (0, 1)], ids=["all weights", "LoRA", "average"])
