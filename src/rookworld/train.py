@@ -402,8 +402,9 @@ class Anchor:
         return cls(rows[d.rank::d.world].to(device), target[d.rank::d.world].to(device), float(target.sum()))
 
     def term(self, policy, reference, mode: str, kl_direction: str) -> torch.Tensor:
-        """The rows' summed term over all ranks' target tokens: the NLL of the stored targets, or (mode 'kl')
-        the full-vocabulary KL between the policy and the reference, 0 with a 0 gradient until the policy moves."""
+        """This rank's share of the rows' mean per target token (summed over ranks, one process's mean): the NLL of
+        the stored targets, or (mode 'kl') the full-vocabulary KL between the policy and the reference, which is
+        0 with a 0 gradient until the policy moves."""
         from rookworld.model import token_logprobs
         from rookworld.sft import batch_nll
 
