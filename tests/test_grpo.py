@@ -198,6 +198,7 @@ def test_ema_baseline_averages_each_task_and_round_trips():
     ({"credit": "field", "baseline": "greedy"}, "the 'greedy' baseline is one whole reward per group"),
     ({"baseline_a": "mean"}, "baseline_a must be one of"),
     ({"baseline_a": "greedy", "std_scaling": "batch"}, "leave baseline_a unset"),
+    ({"baseline_a": "greedy", "learn_a": False}, "learn_a false zeroes the A groups' advantages"),
     ({"beta_a_scale": -1.0}, "beta_a_scale must be >= 0"),
 ])
 def test_bad_baseline_and_kl_direction_are_refused(fields, message):

@@ -130,6 +130,9 @@ class GRPOConfig:
             (self.std_scaling != "batch" or self.baseline_of("A") == self.baseline,
              f"std_scaling 'batch' takes one std over the whole step, which one baseline per task would split: "
              f"leave baseline_a unset (or equal to baseline {self.baseline!r}), or use std_scaling 'group'"),
+            (self.learn_a or self.baseline_a != "greedy",
+             "learn_a false zeroes the A groups' advantages, so baseline_a 'greedy' would decode A's greedy answers "
+             "for nothing: leave baseline_a unset or set it to 'group'"),
             (self.beta_a_scale >= 0, f"beta_a_scale must be >= 0, got {self.beta_a_scale}"),
             (0 <= self.ema_momentum < 1, f"ema_momentum must be in [0, 1) (1 would never move), "
                                          f"got {self.ema_momentum}"),
