@@ -237,6 +237,23 @@ def test_tokenizer_vocab_trains_a_bpe_whose_size_the_model_takes(data_file, tmp_
     assert len(tokenizer.encode(line)) < len(line.encode())  # merges: fewer tokens than bytes
 
 
+def test_tokenizer_squares_trains_on_boards_square_by_square_and_answers_in_fen(data_file, tmp_path):
+    code = cli.main(["sft", "--data", str(data_file), "--preset", "tiny", "--n-layer", "1", "--n-embd", "32",
+                     "--n-head", "2", "--tokenizer-squares", "true", "--steps", "1", "--batch-size", "4",
+                     "--eval-samples", "4", "--eval-loss-samples", "4", "--out", str(tmp_path / "run"),
+                     "--tensorboard", "false"])
+    assert code == 0
+    model, tokenizer = load_model(tmp_path / "run" / checkpoint.LAST)  # the flag travels with the checkpoint
+    assert tokenizer.squares
+    line = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()[0]
+    sample = from_line(line)
+    (ids, prompt_length), = encode_samples(tokenizer, [sample])
+    board = sample.prompt.split()[1]
+    assert ids[1:prompt_length] == tokenizer.encode(sample.prompt)
+    assert len(tokenizer.encode(sample.prompt)) == len("P: ") + 71 + len(sample.prompt) - len("P: ") - len(board)
+    assert tokenizer.decode(ids[1:prompt_length]) == sample.prompt  # decoded back in FEN
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--n-head", "0"], "n_head must be >= 1, got 0"),
     (["--data-limit", "0"], "data_limit must be >= 1, got 0"),

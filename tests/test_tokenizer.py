@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rookworld.errors import UserError
 from rookworld.text import split_line
-from rookworld.tokenizer import EOS_TOKEN, Tokenizer
+from rookworld.tokenizer import EOS_TOKEN, TOKENIZER_CONFIG_FILE, Tokenizer, fen_view, squares_view
 
 GPT2_SPACE = 220  # "Ġ": a single space, GPT-2's only whitespace-run token
 
@@ -42,6 +42,11 @@ def chess_tokenizer() -> Tokenizer:
 @pytest.fixture(scope="module")
 def char_tokenizer() -> Tokenizer:
     return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=257)
+
+
+@pytest.fixture(scope="module")
+def squares_tokenizer() -> Tokenizer:
+    return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=257, squares=True)
 
 
 def test_gpt2_vocabulary_and_eos(gpt2_tokenizer):
@@ -181,3 +186,57 @@ def test_tokenizer_without_eos_is_refused(tmp_path):
     (tmp_path / "merges.txt").write_text("#version: 0.2\na b\n")
     with pytest.raises(UserError, match="<\\|endoftext\\|>"):
         Tokenizer.from_dir(tmp_path)
+
+
+def test_squares_view_writes_every_board_as_its_64_squares_and_padding_as_one_space():
+    line = ("A: r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1+e1g1+e1g1+r3k2r/8/8/8/8/8/8/R4RK1 b kq - 1 1+0.001+0+0")
+    empty = "_" * 8
+    assert squares_view(line) == ("A: r___k__r/" + f"{empty}/" * 6 + "R___K__R w KQkq - 0 1+e1g1+e1g1+r___k__r/"
+                                  + f"{empty}/" * 6 + "R____RK_ b kq - 1 1+0.001+0+0")
+    assert squares_view("P: 8/8/8/8/8/8/8/K1k5 w - - 0 1      M: a1a2") == (
+        "P: " + f"{empty}/" * 7 + "K_k_____ w - - 0 1 M: a1a2")
+    assert squares_view("E: 0.35 -1.2 B: e2e4") == "E: 0.35 -1.2 B: e2e4"  # no board: digits kept
+    def boards(text: str) -> list[str]:
+        return [field for field in re.split(r"[ +]", text) if field.count("/") == 7]
+
+    def whole(board: str) -> bool:  # eight squares a rank (the fixtures hold model outputs that miscount)
+        return all(sum(int(c) if c.isdigit() else 1 for c in rank) == 8 for rank in board.split("/"))
+
+    for line in ALL_LINES:
+        view = squares_view(line)
+        pairs = list(zip(boards(line), boards(view), strict=True))
+        assert pairs and all(len(seen) == 71 for board, seen in pairs if whole(board)), line
+        assert fen_view(view) == re.sub(" {2,}", " ", line)
+
+
+def test_squares_tokenizer_decodes_fen_and_splits_prompt_and_completion_alike(squares_tokenizer):
+    tok = squares_tokenizer
+    for line in ALL_LINES:
+        task, prompt, completion = split_line(line)
+        ids = tok.encode(line)
+        assert len(ids) == len(squares_view(line))  # one token per character of the view
+        assert tok.decode(ids) == re.sub(" {2,}", " ", line)
+        assert tok.encode(prompt) + tok.encode(completion) == ids, line
+        assert tok.decode_batch([ids, tok.encode(prompt)]) == [tok.decode(ids), prompt]
+
+
+def test_squares_token_starts_are_each_tokens_offset_in_the_decoded_text(squares_tokenizer):
+    tok = squares_tokenizer
+    for line in A_LINES[:30] + P_LINES[:10]:
+        ids = tok.encode(line)
+        starts = tok.token_starts(ids)
+        assert starts == [len(tok.decode(ids[:i])) for i in range(len(ids))]
+        assert starts == sorted(starts)
+    # four empty squares in a row: four tokens, one digit; the king after them starts one character later
+    ids = tok.encode("8/8/8/8/8/8/8/4K3 w")
+    assert tok.token_starts(ids)[63:69] == [14, 15, 15, 15, 15, 16]
+
+
+def test_squares_tokenizer_saves_and_loads_its_view(squares_tokenizer, char_tokenizer, tmp_path):
+    squares_tokenizer.save(tmp_path / "squares")
+    char_tokenizer.save(tmp_path / "chars")
+    assert Tokenizer.from_dir(tmp_path / "squares").squares
+    assert not Tokenizer.from_dir(tmp_path / "chars").squares
+    (tmp_path / "chars" / TOKENIZER_CONFIG_FILE).write_text("[1")
+    with pytest.raises(UserError, match=f"{TOKENIZER_CONFIG_FILE}: not a JSON object"):
+        Tokenizer.from_dir(tmp_path / "chars")

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import re
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -977,6 +978,25 @@ def test_each_rollback_scales_the_learning_rate_by_lr_backoff(tiny_run_inputs, t
         assert {r["guard/rollbacks"] for r in taken} == {0, 1, 2}
         for r in taken:  # each rollback so far has scaled the learning rate once
             assert r["lr"] == pytest.approx(1e-2 * backoff ** r["guard/rollbacks"])
+
+
+def test_a_squares_model_trains_on_fen_text_and_keeps_its_view(tiny_run_inputs, tmp_path):
+    from rookworld.hub import load_model, save_model
+    from rookworld.tokenizer import Tokenizer
+
+    model_dir, data = tiny_run_inputs
+    model, chars = load_model(model_dir)
+    squares = tmp_path / "squares"
+    save_model(model, Tokenizer(chars.backend, squares=True), squares)  # the same bytes, the squares view
+    run = tmp_path / "run"
+    train.main(tiny_config(squares, data, run, steps=2, log_samples=8), grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
+    assert load_model(run / "checkpoint-last")[1].squares
+    logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    def boards(text: str) -> set[str]:
+        return {field for field in re.split(r"[\s+]", text) if field.count("/") == 7}
+
+    assert logged and all("_" not in r["prompt"] + r["completion"] for r in logged)  # rewards read FEN
+    assert set.union(*(boards(r["prompt"]) for r in logged)) <= boards(data.read_text())
 
 
 def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_run_inputs, tmp_path):

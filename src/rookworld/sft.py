@@ -72,6 +72,9 @@ class SFTConfig:
     n_positions: int | None = field(default=None, metadata={"help": "context length of a new model"})
     tokenizer_vocab: int = field(default=257, metadata={"help": "vocabulary of a new model's chess tokenizer; "
                                                         "257 = one token per character (byte) plus EOS"})
+    tokenizer_squares: bool = field(default=False, metadata={
+        "help": "a new model's tokenizer writes each FEN board square by square ('_' for an empty square) and "
+                "padding as one space, so that no field needs counting"})
     mode: str = field(default="target", metadata={"help": "target: one sample per row, loss on the target; "
                                                   "packed: documents concatenated, loss on every token"})
     seq_len: int = field(default=256, metadata={"help": "packed mode: tokens per row"})
@@ -294,7 +297,7 @@ def new_model(cfg: SFTConfig, train_samples: Sequence[Sample]) -> tuple[GPT, Tok
 
     every = max(1, len(train_samples) // TOKENIZER_TEXTS)  # spread over the data: files may group tasks
     texts = [s.prompt + s.target for s in train_samples[::every]]
-    tokenizer = Tokenizer.train_chess(texts, vocab_size=cfg.tokenizer_vocab)
+    tokenizer = Tokenizer.train_chess(texts, vocab_size=cfg.tokenizer_vocab, squares=cfg.tokenizer_squares)
     torch.manual_seed(cfg.seed)
     try:
         config = GPTConfig(vocab_size=tokenizer.vocab_size, **cfg.model_shape())

@@ -9,6 +9,12 @@ trainer tokenizes prompts and completions separately and relies on that.
 GPT-2's vocabulary has no multi-space token: a run of n padding spaces becomes n - 1 tokens " " (220)
 and one " M" / " E" / " B" token carrying the last space. A trained chess BPE learns space-run tokens
 instead, which is most of its gain on P lines.
+
+A squares tokenizer (`squares=True`, for small models trained from scratch) encodes a normalised view of the
+text: every FEN board written square by square (an empty square is `_`, so each square sits at a fixed offset
+from the board's start, with no run-length digits to add up) and every run of spaces as one space (RookWorld's
+column padding, which a model could only reproduce by counting). `decode` writes the boards back in FEN; the
+padding stays one space, which the protocol's parsers accept.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -31,16 +38,36 @@ MERGES_FILE = "merges.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE, TOKENIZER_CONFIG_FILE, "special_tokens_map.json")
 BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte
+SQUARES_KEY = "rookworld_squares"  # tokenizer_config.json: the tokenizer encodes the squares view
+EMPTY_SQUARE = "_"
+_RANK = r"[pnbrqkPNBRQK1-8]{1,8}"
+_BOARD = re.compile(rf"(?<![\w/]){_RANK}(?:/{_RANK}){{7}}(?= )")
+_DIGIT = re.compile("[1-8]")
+_EMPTY_RUN = re.compile(f"{EMPTY_SQUARE}+")
+_SPACE_RUN = re.compile(" {2,}")
+
+
+def squares_view(text: str) -> str:
+    """`text` with each FEN board written square by square and each run of spaces as one space."""
+    def expand(board: re.Match) -> str:
+        return _DIGIT.sub(lambda digit: EMPTY_SQUARE * int(digit.group()), board.group())
+    return _SPACE_RUN.sub(" ", _BOARD.sub(expand, text))
+
+
+def fen_view(text: str) -> str:
+    """The inverse of `squares_view` on boards: each run of empty squares as its count."""
+    return _EMPTY_RUN.sub(lambda run: str(len(run.group())), text)
 
 
 class Tokenizer:
     """A byte-level BPE tokenizer with an `<|endoftext|>` token (GPT-2: id 50256).
 
     `encode` adds no special tokens (callers place EOS themselves); `decode` keeps special tokens, so it is
-    the exact inverse of `encode`.
+    the exact inverse of `encode` (on a squares tokenizer: `decode(encode(text)) == fen_view(squares_view(text))`,
+    the text with its padding as single spaces).
     """
 
-    def __init__(self, backend: tokenizers.Tokenizer, source: str = "<in memory>") -> None:
+    def __init__(self, backend: tokenizers.Tokenizer, source: str = "<in memory>", squares: bool = False) -> None:
         eos_id = backend.token_to_id(EOS_TOKEN)
         if eos_id is None:
             raise UserError(f"{source}: the tokenizer has no {EOS_TOKEN} token; RookWorld documents end with it, "
@@ -49,15 +76,21 @@ class Tokenizer:
         self.source = source
         self.eos_id: int = eos_id
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
+        self.squares = squares
 
     def __repr__(self) -> str:
-        return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}, source={self.source!r})"
+        squares = ", squares=True" if self.squares else ""
+        return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}{squares}, source={self.source!r})"
+
+    def _view(self, text: str) -> str:
+        return squares_view(text) if self.squares else text
 
     def encode(self, text: str) -> list[int]:
-        return self.backend.encode(text, add_special_tokens=False).ids
+        return self.backend.encode(self._view(text), add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+        views = [self._view(t) for t in texts]
+        return [e.ids for e in self.backend.encode_batch(views, add_special_tokens=False)]
 
     def encode_prompts(self, prompts: Sequence[str]) -> list[list[int]]:
         """Prompt ids as in RookWorld pretraining, where every document followed an EOS token: the ids
@@ -65,15 +98,32 @@ class Tokenizer:
         return [[self.eos_id, *ids] for ids in self.encode_batch(prompts)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.backend.decode(list(ids), skip_special_tokens=False)
+        text = self.backend.decode(list(ids), skip_special_tokens=False)
+        return fen_view(text) if self.squares else text
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
-        return self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
+        texts = self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
+        return [fen_view(t) for t in texts] if self.squares else texts
 
     def token_starts(self, ids: Sequence[int]) -> list[int]:
         """Where each token of `ids` starts in `decode(ids)`, in bytes: the character offsets when the text is
-        ASCII. Byte-level BPE decodes a sequence to the concatenation of its tokens' bytes."""
-        return list(itertools.accumulate((self._token_bytes[i] for i in ids[:-1]), initial=0)) if ids else []
+        ASCII. Byte-level BPE decodes a sequence to the concatenation of its tokens' bytes; on a squares
+        tokenizer a run of empty squares decodes to its count, so `decode(ids[:i])` ends there."""
+        starts = list(itertools.accumulate((self._token_bytes[i] for i in ids[:-1]), initial=0)) if ids else []
+        if not self.squares or not ids:
+            return starts
+        runs = [m.span() for m in _EMPTY_RUN.finditer(self.backend.decode(list(ids), skip_special_tokens=False))]
+
+        def decoded(offset: int) -> int:
+            shift = 0
+            for start, end in runs:
+                if offset <= start:
+                    break
+                if offset < end:
+                    return start - shift + len(str(offset - start))
+                shift += end - start - len(str(end - start))
+            return offset - shift
+        return [decoded(at) for at in starts]
 
     @functools.cached_property
     def _token_bytes(self) -> list[int]:
@@ -91,7 +141,7 @@ class Tokenizer:
             except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
                 raise UserError(f"{tokenizer_file}: not a readable tokenizer file ({e}); "
                                 "re-save the checkpoint or restore the file") from e
-            return cls(backend, str(tokenizer_file))
+            return cls(backend, str(tokenizer_file), squares=_squares(path))
         if (path / VOCAB_FILE).is_file() and (path / MERGES_FILE).is_file():
             return cls.from_gpt2_files(path / VOCAB_FILE, path / MERGES_FILE)
         raise UserError(f"{path}: no {TOKENIZER_FILE} (or {VOCAB_FILE} + {MERGES_FILE}) in this directory; "
@@ -111,8 +161,9 @@ class Tokenizer:
         return cls(backend, f"{vocab_file} + {merges_file}")
 
     @classmethod
-    def train_chess(cls, texts: Iterable[str], vocab_size: int = 512) -> Tokenizer:
-        """A byte-level BPE of at most `vocab_size` tokens trained on `texts` (RookWorld lines).
+    def train_chess(cls, texts: Iterable[str], vocab_size: int = 512, squares: bool = False) -> Tokenizer:
+        """A byte-level BPE of at most `vocab_size` tokens trained on `texts` (RookWorld lines), in the squares
+        view with `squares`.
 
         `vocab_size=257` gives a character (byte) level tokenizer: the 256 bytes and EOS, no merges.
         The trainer stops early when the texts have no more pairs to merge.
@@ -123,8 +174,8 @@ class Tokenizer:
         backend = _byte_level(tokenizers.Tokenizer(models.BPE()))
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        backend.train_from_iterator(texts, trainer)
-        return cls(backend, f"chess BPE (vocab_size<={vocab_size})")
+        backend.train_from_iterator((squares_view(t) for t in texts) if squares else texts, trainer)
+        return cls(backend, f"chess BPE (vocab_size<={vocab_size})", squares=squares)
 
     def save(self, directory: str | Path) -> None:
         """Writes tokenizer.json, vocab.json + merges.txt and a tokenizer_config.json that lets
@@ -136,7 +187,19 @@ class Tokenizer:
             self.backend.model.save(str(directory))  # vocab.json + merges.txt, for tools that want them
         config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
                   "bos_token": EOS_TOKEN, "eos_token": EOS_TOKEN, "unk_token": EOS_TOKEN}
+        if self.squares:  # transformers ignores the key: such a model needs this tokenizer
+            config[SQUARES_KEY] = True
         (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _squares(directory: Path) -> bool:
+    config = directory / TOKENIZER_CONFIG_FILE
+    if not config.is_file():
+        return False
+    try:
+        return bool(json.loads(config.read_text()).get(SQUARES_KEY, False))
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise UserError(f"{config}: not a JSON object ({e}); re-save the checkpoint or restore the file") from e
 
 
 def _byte_level(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
