@@ -250,7 +250,7 @@ def test_tokenizer_squares_trains_on_boards_square_by_square_and_answers_in_fen(
     (ids, prompt_length), = encode_samples(tokenizer, [sample])
     board = sample.prompt.split()[1]
     assert ids[1:prompt_length] == tokenizer.encode(sample.prompt)
-    assert len(tokenizer.encode(sample.prompt)) == len("P: ") + 71 + len(sample.prompt) - len("P: ") - len(board)
+    assert len(tokenizer.encode(sample.prompt)) == len(sample.prompt) - len(board) + 71  # a board: 71 squares and /
     assert tokenizer.decode(ids[1:prompt_length]) == sample.prompt  # decoded back in FEN
 
 

@@ -6,7 +6,6 @@ import argparse
 import json
 import math
 import os
-import re
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -992,11 +991,7 @@ def test_a_squares_model_trains_on_fen_text_and_keeps_its_view(tiny_run_inputs, 
     train.main(tiny_config(squares, data, run, steps=2, log_samples=8), grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
     assert load_model(run / "checkpoint-last")[1].squares
     logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    def boards(text: str) -> set[str]:
-        return {field for field in re.split(r"[\s+]", text) if field.count("/") == 7}
-
-    assert logged and all("_" not in r["prompt"] + r["completion"] for r in logged)  # rewards read FEN
-    assert set.union(*(boards(r["prompt"]) for r in logged)) <= boards(data.read_text())
+    assert logged and all("_" not in r["completion"] for r in logged)  # completions decoded to FEN for the rewards
 
 
 def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_run_inputs, tmp_path):

@@ -85,6 +85,9 @@ class Tokenizer:
     def _view(self, text: str) -> str:
         return squares_view(text) if self.squares else text
 
+    def _text(self, view: str) -> str:
+        return fen_view(view) if self.squares else view
+
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(self._view(text), add_special_tokens=False).ids
 
@@ -98,12 +101,11 @@ class Tokenizer:
         return [[self.eos_id, *ids] for ids in self.encode_batch(prompts)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        text = self.backend.decode(list(ids), skip_special_tokens=False)
-        return fen_view(text) if self.squares else text
+        return self._text(self.backend.decode(list(ids), skip_special_tokens=False))
 
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
-        texts = self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
-        return [fen_view(t) for t in texts] if self.squares else texts
+        views = self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
+        return [self._text(v) for v in views]
 
     def token_starts(self, ids: Sequence[int]) -> list[int]:
         """Where each token of `ids` starts in `decode(ids)`, in bytes: the character offsets when the text is
