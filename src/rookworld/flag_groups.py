@@ -29,7 +29,7 @@ TRAIN: dict[str, list[str]] = {
 
 SFT: dict[str, list[str]] = {
     "model and data": ["data", "data_limit", "init_from", "preset", "n_layer", "n_head", "n_embd", "n_positions",
-                       "tokenizer_vocab", "tokenizer_squares", "mode", "seq_len", "p_fraction", "fresh_a", "seed"],
+                       "tokenizer_vocab", "tokenizer_view", "mode", "seq_len", "p_fraction", "fresh_a", "seed"],
     "optimisation": ["steps", "batch_size", "grad_accum", "lr", "lr_schedule", "min_lr_ratio", "warmup_steps",
                      "weight_decay", "beta1", "beta2", "grad_clip"],
     "eval": ["eval_every", "eval_samples", "eval_loss_samples", "eval_batch_size", "best_metric"],

@@ -72,9 +72,11 @@ class SFTConfig:
     n_positions: int | None = field(default=None, metadata={"help": "context length of a new model"})
     tokenizer_vocab: int = field(default=257, metadata={"help": "vocabulary of a new model's chess tokenizer; "
                                                         "257 = one token per character (byte) plus EOS"})
-    tokenizer_squares: bool = field(default=False, metadata={
-        "help": "a new model's tokenizer writes each FEN board square by square ('_' for an empty square) and "
-                "padding as one space, so that no field needs counting"})
+    tokenizer_view: str | None = field(default=None, metadata={
+        "help": "how the tokenizer writes boards: fen; squares (square by square, '_' for an empty square); named "
+                "(each rank opens with its number, an empty square is its file's letter s..z); in squares and "
+                "named, padding as one space. A new model's default: fen; with --init-from, another view than the "
+                "model's converts it (it relearns to read boards); default: its own"})
     mode: str = field(default="target", metadata={"help": "target: one sample per row, loss on the target; "
                                                   "packed: documents concatenated, loss on every token"})
     seq_len: int = field(default=256, metadata={"help": "packed mode: tokens per row"})
@@ -112,6 +114,10 @@ class SFTConfig:
         training.check_shared(self)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        from rookworld.tokenizer import VIEWS
+
+        if self.tokenizer_view not in (None, *VIEWS):
+            raise ValueError(f"tokenizer_view must be one of {', '.join(VIEWS)}, got {self.tokenizer_view!r}")
         if self.init_from is None and self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
         if self.export_dtype not in ("float32", "float16"):
@@ -297,7 +303,7 @@ def new_model(cfg: SFTConfig, train_samples: Sequence[Sample]) -> tuple[GPT, Tok
 
     every = max(1, len(train_samples) // TOKENIZER_TEXTS)  # spread over the data: files may group tasks
     texts = [s.prompt + s.target for s in train_samples[::every]]
-    tokenizer = Tokenizer.train_chess(texts, vocab_size=cfg.tokenizer_vocab, squares=cfg.tokenizer_squares)
+    tokenizer = Tokenizer.train_chess(texts, vocab_size=cfg.tokenizer_vocab, view=cfg.tokenizer_view or "fen")
     torch.manual_seed(cfg.seed)
     try:
         config = GPTConfig(vocab_size=tokenizer.vocab_size, **cfg.model_shape())
@@ -307,9 +313,12 @@ def new_model(cfg: SFTConfig, train_samples: Sequence[Sample]) -> tuple[GPT, Tok
 
 
 def grown(cfg: SFTConfig, model: GPT, tokenizer: Tokenizer) -> tuple[GPT, Tokenizer]:
-    """The --init-from model, deepened to --n-layer (model.grow_depth); its other sizes are its own."""
+    """The --init-from model, deepened to --n-layer (model.grow_depth), its tokenizer in --tokenizer-view; its
+    other sizes are its own."""
     from rookworld.model import grow_depth
 
+    if cfg.tokenizer_view is not None:
+        tokenizer = tokenizer.with_view(cfg.tokenizer_view)
     changed = [f"--{name.replace('_', '-')} {getattr(cfg, name)}" for name in ("n_head", "n_embd", "n_positions")
                if getattr(cfg, name) not in (None, getattr(model.config, name))]
     if changed:

@@ -10,15 +10,19 @@ GPT-2's vocabulary has no multi-space token: a run of n padding spaces becomes n
 and one " M" / " E" / " B" token carrying the last space. A trained chess BPE learns space-run tokens
 instead, which is most of its gain on P lines.
 
-A squares tokenizer (`squares=True`, for small models trained from scratch) encodes a normalised view of the
-text: every FEN board written square by square (an empty square is `_`, so each square sits at a fixed offset
-from the board's start, with no run-length digits to add up) and every run of spaces as one space (RookWorld's
-column padding, which a model could only reproduce by counting). `decode` writes the boards back in FEN; the
-padding stays one space, which the protocol's parsers accept.
+A board view (`view=`, for small models trained from scratch or converted by `rookworld sft`) encodes a
+normalised text: every FEN board written square by square, so that what stands on a square sits at a fixed offset
+from the board's start with no run-length digits to add up, and every run of spaces as one space (RookWorld's column
+padding, which a model could only reproduce by counting). Two views of the board:
+- `squares`: `_` for an empty square, `/` between ranks (71 characters);
+- `named`: each rank opens with its number, an empty square is its file's letter (`s`..`z` for a..h), so that no two
+  squares of a board look alike and a board can be copied square by square (72 characters).
+`decode` writes the boards back in FEN; the padding stays one space, which the protocol's parsers accept.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import json
@@ -38,36 +42,79 @@ MERGES_FILE = "merges.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_FILES = (TOKENIZER_FILE, VOCAB_FILE, MERGES_FILE, TOKENIZER_CONFIG_FILE, "special_tokens_map.json")
 BYTE_ALPHABET_SIZE = 256  # byte-level BPE starts from one token per byte
-SQUARES_KEY = "rookworld_squares"  # tokenizer_config.json: the tokenizer encodes the squares view
+VIEWS = ("fen", "squares", "named")  # how a tokenizer writes boards (module docstring)
+VIEW_KEY = "rookworld_view"  # tokenizer_config.json: the tokenizer's view, when not fen
 EMPTY_SQUARE = "_"
+FILES = "stuvwxyz"  # the named view's empty squares of files a..h
 _RANK = r"[pnbrqkPNBRQK1-8]{1,8}"
 _BOARD = re.compile(rf"(?<![\w/]){_RANK}(?:/{_RANK}){{7}}(?= )")
 _DIGIT = re.compile("[1-8]")
-_EMPTY_RUN = re.compile(f"{EMPTY_SQUARE}+")
 _SPACE_RUN = re.compile(" {2,}")
+_EMPTY_RUN = re.compile(f"{EMPTY_SQUARE}+")
+_FILE_RUN = re.compile(f"[{FILES}]+")
+# a named board as a model may write it (whole or not): after a space or '+', rank 8's number, then squares
+_NAMED_BOARD = re.compile(f"(?<![^ +])8[pnbrqkPNBRQK{FILES}][1-8pnbrqkPNBRQK{FILES}]*")
 
 
-def squares_view(text: str) -> str:
-    """`text` with each FEN board written square by square and each run of spaces as one space."""
-    def expand(board: re.Match) -> str:
-        return _DIGIT.sub(lambda digit: EMPTY_SQUARE * int(digit.group()), board.group())
-    return _SPACE_RUN.sub(" ", _BOARD.sub(expand, text))
+def _count(run: re.Match) -> str:
+    return str(len(run.group()))
 
 
-def fen_view(text: str) -> str:
-    """The inverse of `squares_view` on boards: each run of empty squares as its count."""
-    return _EMPTY_RUN.sub(lambda run: str(len(run.group())), text)
+def _squares(board: str) -> str:
+    return _DIGIT.sub(lambda digit: EMPTY_SQUARE * int(digit.group()), board)
+
+
+def _named(board: str) -> str:
+    ranks = _squares(board).split("/")  # a miscounted rank's ninth square onwards is named as file h
+    return "".join(str(8 - r) + "".join(FILES[min(f, 7)] if square == EMPTY_SQUARE else square
+                                        for f, square in enumerate(rank)) for r, rank in enumerate(ranks))
+
+
+def _named_fen(board: str) -> str:
+    return "/".join(_FILE_RUN.sub(_count, rank) for rank in _DIGIT.split(board)[1:])
+
+
+_EXPAND = {"squares": _squares, "named": _named}
+_COLLAPSE = {"squares": (_EMPTY_RUN, _count), "named": (_NAMED_BOARD, lambda board: _named_fen(board.group()))}
+
+
+def board_view(text: str, view: str) -> str:
+    """`text` with each FEN board written in `view` and each run of spaces as one space (`fen`: `text`)."""
+    if view == "fen":
+        return text
+    return _SPACE_RUN.sub(" ", _BOARD.sub(lambda board: _EXPAND[view](board.group()), text))
+
+
+def fen_text(text: str, view: str) -> str:
+    """The inverse of `board_view` on boards: `text`'s boards written in `view` back in FEN."""
+    return _fen_spans(text, view)[0]
+
+
+def _fen_spans(text: str, view: str) -> tuple[str, list[tuple[int, int, int, int]]]:
+    """`fen_text(text, view)` and the spans rewritten: (start, end) in `text`, (start, end) in the result."""
+    if view == "fen":
+        return text, []
+    pattern, collapse = _COLLAPSE[view]
+    pieces, spans, at, shift = [], [], 0, 0
+    for match in pattern.finditer(text):
+        fen = collapse(match)
+        start = match.start() - shift
+        spans.append((match.start(), match.end(), start, start + len(fen)))
+        pieces += [text[at:match.start()], fen]
+        shift += len(match.group()) - len(fen)
+        at = match.end()
+    return "".join(pieces) + text[at:], spans
 
 
 class Tokenizer:
     """A byte-level BPE tokenizer with an `<|endoftext|>` token (GPT-2: id 50256).
 
     `encode` adds no special tokens (callers place EOS themselves); `decode` keeps special tokens, so it is
-    the exact inverse of `encode` (on a squares tokenizer: `decode(encode(text)) == fen_view(squares_view(text))`,
+    the exact inverse of `encode` (in a board view: `decode(encode(text)) == fen_text(board_view(text, view), view)`,
     the text with its padding as single spaces).
     """
 
-    def __init__(self, backend: tokenizers.Tokenizer, source: str = "<in memory>", squares: bool = False) -> None:
+    def __init__(self, backend: tokenizers.Tokenizer, source: str = "<in memory>", view: str = "fen") -> None:
         eos_id = backend.token_to_id(EOS_TOKEN)
         if eos_id is None:
             raise UserError(f"{source}: the tokenizer has no {EOS_TOKEN} token; RookWorld documents end with it, "
@@ -76,17 +123,21 @@ class Tokenizer:
         self.source = source
         self.eos_id: int = eos_id
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
-        self.squares = squares
+        self.view = _checked(view, source)
 
     def __repr__(self) -> str:
-        squares = ", squares=True" if self.squares else ""
-        return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}{squares}, source={self.source!r})"
+        view = f", view={self.view!r}" if self.view != "fen" else ""
+        return f"Tokenizer(vocab_size={self.vocab_size}, eos_id={self.eos_id}{view}, source={self.source!r})"
+
+    def with_view(self, view: str) -> Tokenizer:
+        """The same tokens reading and writing boards in `view` (converting a model: `rookworld sft`)."""
+        return Tokenizer(self.backend, self.source, view)
 
     def _view(self, text: str) -> str:
-        return squares_view(text) if self.squares else text
+        return board_view(text, self.view)
 
     def _text(self, view: str) -> str:
-        return fen_view(view) if self.squares else view
+        return fen_text(view, self.view)
 
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(self._view(text), add_special_tokens=False).ids
@@ -109,22 +160,20 @@ class Tokenizer:
 
     def token_starts(self, ids: Sequence[int]) -> list[int]:
         """Where each token of `ids` starts in `decode(ids)`, in bytes: the character offsets when the text is
-        ASCII. Byte-level BPE decodes a sequence to the concatenation of its tokens' bytes; on a squares
-        tokenizer a run of empty squares decodes to its count, so `decode(ids[:i])` ends there."""
+        ASCII. Byte-level BPE decodes a sequence to the concatenation of its tokens' bytes; in a board view a token
+        within a board (squares: a run of empty squares) starts where the board (the run) does in FEN."""
         starts = list(itertools.accumulate((self._token_bytes[i] for i in ids[:-1]), initial=0)) if ids else []
-        if not self.squares or not ids:
+        if self.view == "fen" or not ids:
             return starts
-        runs = [m.span() for m in _EMPTY_RUN.finditer(self.backend.decode(list(ids), skip_special_tokens=False))]
+        spans = _fen_spans(self.backend.decode(list(ids), skip_special_tokens=False), self.view)[1]
+        span_starts = [span[0] for span in spans]
 
         def decoded(offset: int) -> int:
-            shift = 0
-            for start, end in runs:
-                if offset <= start:
-                    break
-                if offset < end:
-                    return start - shift + len(str(offset - start))
-                shift += end - start - len(str(end - start))
-            return offset - shift
+            i = bisect.bisect_right(span_starts, offset) - 1  # the last span starting at or before offset
+            if i < 0:
+                return offset
+            start, end, fen_start, fen_end = spans[i]
+            return fen_start if offset < end else offset - end + fen_end
         return [decoded(at) for at in starts]
 
     @functools.cached_property
@@ -143,7 +192,7 @@ class Tokenizer:
             except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
                 raise UserError(f"{tokenizer_file}: not a readable tokenizer file ({e}); "
                                 "re-save the checkpoint or restore the file") from e
-            return cls(backend, str(tokenizer_file), squares=_squares(path))
+            return cls(backend, str(tokenizer_file), _saved_view(path))
         if (path / VOCAB_FILE).is_file() and (path / MERGES_FILE).is_file():
             return cls.from_gpt2_files(path / VOCAB_FILE, path / MERGES_FILE)
         raise UserError(f"{path}: no {TOKENIZER_FILE} (or {VOCAB_FILE} + {MERGES_FILE}) in this directory; "
@@ -163,9 +212,8 @@ class Tokenizer:
         return cls(backend, f"{vocab_file} + {merges_file}")
 
     @classmethod
-    def train_chess(cls, texts: Iterable[str], vocab_size: int = 512, squares: bool = False) -> Tokenizer:
-        """A byte-level BPE of at most `vocab_size` tokens trained on `texts` (RookWorld lines), in the squares
-        view with `squares`.
+    def train_chess(cls, texts: Iterable[str], vocab_size: int = 512, view: str = "fen") -> Tokenizer:
+        """A byte-level BPE of at most `vocab_size` tokens trained on `texts` (RookWorld lines) in board `view`.
 
         `vocab_size=257` gives a character (byte) level tokenizer: the 256 bytes and EOS, no merges.
         The trainer stops early when the texts have no more pairs to merge.
@@ -176,8 +224,9 @@ class Tokenizer:
         backend = _byte_level(tokenizers.Tokenizer(models.BPE()))
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        backend.train_from_iterator((squares_view(t) for t in texts) if squares else texts, trainer)
-        return cls(backend, f"chess BPE (vocab_size<={vocab_size})", squares=squares)
+        source = f"chess BPE (vocab_size<={vocab_size})"
+        backend.train_from_iterator((board_view(t, _checked(view, source)) for t in texts), trainer)
+        return cls(backend, source, view)
 
     def save(self, directory: str | Path) -> None:
         """Writes tokenizer.json, vocab.json + merges.txt and a tokenizer_config.json that lets
@@ -189,19 +238,25 @@ class Tokenizer:
             self.backend.model.save(str(directory))  # vocab.json + merges.txt, for tools that want them
         config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
                   "bos_token": EOS_TOKEN, "eos_token": EOS_TOKEN, "unk_token": EOS_TOKEN}
-        if self.squares:  # transformers ignores the key: such a model needs this tokenizer
-            config[SQUARES_KEY] = True
+        if self.view != "fen":  # transformers ignores the key: such a model needs this tokenizer
+            config[VIEW_KEY] = self.view
         (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
 
 
-def _squares(directory: Path) -> bool:
+def _saved_view(directory: Path) -> str:
     config = directory / TOKENIZER_CONFIG_FILE
     if not config.is_file():
-        return False
+        return "fen"
     try:
-        return bool(json.loads(config.read_text()).get(SQUARES_KEY, False))
+        return _checked(json.loads(config.read_text()).get(VIEW_KEY, "fen"), str(config))
     except (json.JSONDecodeError, AttributeError) as e:
         raise UserError(f"{config}: not a JSON object ({e}); re-save the checkpoint or restore the file") from e
+
+
+def _checked(view: str, source: str) -> str:
+    if view not in VIEWS:
+        raise UserError(f"{source}: unknown board view {view!r}; use one of {', '.join(VIEWS)}")
+    return view
 
 
 def _byte_level(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
