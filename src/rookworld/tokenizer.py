@@ -70,12 +70,12 @@ def _named(board: str) -> str:
                                         for f, square in enumerate(rank)) for r, rank in enumerate(ranks))
 
 
-def _named_fen(board: str) -> str:
-    return "/".join(_FILE_RUN.sub(_count, rank) for rank in _DIGIT.split(board)[1:])
+def _named_fen(board: re.Match) -> str:
+    return "/".join(_FILE_RUN.sub(_count, rank) for rank in _DIGIT.split(board.group())[1:])
 
 
 _EXPAND = {"squares": _squares, "named": _named}
-_COLLAPSE = {"squares": (_EMPTY_RUN, _count), "named": (_NAMED_BOARD, lambda board: _named_fen(board.group()))}
+_COLLAPSE = {"squares": (_EMPTY_RUN, _count), "named": (_NAMED_BOARD, _named_fen)}
 
 
 def board_view(text: str, view: str) -> str:
