@@ -225,7 +225,8 @@ class Tokenizer:
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
         source = f"chess BPE (vocab_size<={vocab_size})"
-        backend.train_from_iterator((board_view(t, _checked(view, source)) for t in texts), trainer)
+        view = _checked(view, source)  # before training, once
+        backend.train_from_iterator((board_view(t, view) for t in texts), trainer)
         return cls(backend, source, view)
 
     def save(self, directory: str | Path) -> None:
