@@ -112,6 +112,15 @@ def test_resume_rules_are_the_same_in_both_commands(command, classes, tmp_path, 
     assert "stretched" not in capsys.readouterr().err
     training.run_configs(_parse(command, ["--resume", str(run), "--steps", "40"]), classes)
     assert "stretched to end at step 40" in capsys.readouterr().err  # never silently
+    # a flag that made the model cannot change it on resume: an error, never ignored; its saved value is fine
+    kept, saved_value, other_value = (("--tokenizer-view", "fen", "named") if command == "sft"
+                                      else ("--model", "runs/base", "runs/other"))
+    saved[first][kept[2:].replace("-", "_")] = saved_value
+    (run / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(UserError, match=f"{kept} {other_value}: --resume .* continues the model it saved"):
+        training.run_configs(_parse(command, ["--resume", str(run), kept, other_value]), classes)
+    training.run_configs(_parse(command, ["--resume", str(run), kept, saved_value]), classes)
+    assert set(classes[first].KEPT_ON_RESUME) <= {f.name for f in dataclasses.fields(classes[first])}
     other = "train" if command == "sft" else "sft"
     (run / "config.json").write_text(json.dumps({other: {}}))
     with pytest.raises(UserError, match=f"no '{first}' table"):

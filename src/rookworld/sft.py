@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rookworld import training
 from rookworld.errors import UserError
@@ -57,6 +57,9 @@ TOKENIZER_TEXTS = 20_000  # training documents the chess tokenizer is trained on
 
 @dataclass
 class SFTConfig:
+    # what made the model: a resumed run loads its checkpoint's model and tokenizer instead
+    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("init_from", "preset", "n_layer", "n_head", "n_embd",
+                                                 "n_positions", "tokenizer_vocab", "tokenizer_view")
     out: str = shared("out", "runs/sft")
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local file or "
                                                      "directory, or a hub dataset id"})

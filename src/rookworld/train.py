@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,6 +49,8 @@ TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_fr
 
 @dataclass
 class TrainConfig:
+    # a resumed run continues its checkpoint's policy; --model is also its KL reference, which must not change
+    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("model",)
     model: str | None = field(default=None, metadata={"help": "policy checkpoint: a directory or hub id "
                                                       "(default: the embedded model)"})
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})

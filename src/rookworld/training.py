@@ -125,8 +125,9 @@ def run_configs(args: argparse.Namespace, classes: dict[str, type]) -> dict[str,
     """The run's configs by table name: defaults, then the TOML file (the first table's fields at its top
     level, the others in [name] tables) or the resumed run's config.json, then the flags given.
 
-    --resume DIR writes to DIR (an --out elsewhere is an error) and cannot take --config. A changed
-    --steps under a decaying schedule stretches the schedule: said on stderr, never silently.
+    --resume DIR writes to DIR (an --out elsewhere is an error) and cannot take --config, nor change the
+    fields that made its model (KEPT_ON_RESUME). A changed --steps under a decaying schedule stretches the
+    schedule: said on stderr, never silently.
     """
     from rookworld.config import build_config, load_toml
 
@@ -151,8 +152,21 @@ def run_configs(args: argparse.Namespace, classes: dict[str, type]) -> dict[str,
         tables = {first: values, **tables}
     configs = {name: build_config(cls, args, tables[name]) for name, cls in classes.items()}
     if args.resume:
+        for name, cls in classes.items():
+            _check_kept(args.resume, build_config(cls, None, tables[name]), configs[name])
         _warn_stretched_schedule(tables[first], configs[first])
     return configs
+
+
+def _check_kept(run: str, saved: Any, cfg: Any) -> None:
+    """A resumed run continues the model its checkpoint holds: a flag that would have made another model
+    (the config's KEPT_ON_RESUME fields) cannot take effect, so it is an error rather than ignored."""
+    for name in getattr(cfg, "KEPT_ON_RESUME", ()):
+        if getattr(cfg, name) != getattr(saved, name):
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag} {getattr(cfg, name)}: --resume {run} continues the model it saved (its "
+                            f"{flag}: {getattr(saved, name)}); leave out {flag}, or start a new run from "
+                            f"{run}/checkpoint-last")
 
 
 def _warn_stretched_schedule(saved: dict[str, Any], cfg: Any) -> None:
