@@ -1,4 +1,5 @@
-"""The `--help` sections of `rookworld train` and `rookworld sft`: every flag has exactly one place."""
+"""`rookworld --version`, and the `--help` sections of `rookworld train` and `rookworld sft`: every flag has
+exactly one place."""
 
 import argparse
 import dataclasses
@@ -29,6 +30,16 @@ def test_every_field_in_exactly_one_section(sections, classes):
 def test_advanced_names_are_real_fields():
     known = {f.name for cls in (TrainConfig, grpo.GRPOConfig, RewardConfig, SFTConfig) for f in dataclasses.fields(cls)}
     assert known >= ADVANCED
+
+
+def test_version_and_unknown_command(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == "rookworld 0.1.0"  # pyproject.toml's version
+    with pytest.raises(SystemExit) as done:
+        cli.main(["bogus"])
+    assert done.value.code == 2 and "invalid choice: 'bogus'" in capsys.readouterr().err
 
 
 def _help(command, capsys):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 
 from rookworld.errors import UserError
@@ -31,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rookworld", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {importlib.metadata.version('rookworld')}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
