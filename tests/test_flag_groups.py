@@ -3,6 +3,7 @@ exactly one place."""
 
 import argparse
 import dataclasses
+import importlib.metadata
 from dataclasses import dataclass, field
 
 import pytest
@@ -36,7 +37,7 @@ def test_version_and_unknown_command(capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(["--version"])
     assert done.value.code == 0
-    assert capsys.readouterr().out.strip() == "rookworld 0.1.0"  # pyproject.toml's version
+    assert capsys.readouterr().out.strip() == f"rookworld {importlib.metadata.version('rookworld')}"
     with pytest.raises(SystemExit) as done:
         cli.main(["bogus"])
     assert done.value.code == 2 and "invalid choice: 'bogus'" in capsys.readouterr().err
