@@ -14,6 +14,7 @@ import pytest
 from conftest import one_error_line
 
 from rookworld import arbiter, cli, text
+from rookworld.data.cases import mating_moves
 from rookworld.data.generate import PROGRESS, GenerateConfig, generate, shard_name
 from rookworld.data.position import position_key
 from rookworld.data.sources import load_files
@@ -223,9 +224,28 @@ def test_side_makes_only_that_side_of_the_split_by_game(side, tmp_path, capsys):
     assert "--side 'both': choose one of train, eval, all" in capsys.readouterr().err
 
 
+def test_p_select_mate_in_one_keeps_only_positions_with_a_mate(tmp_path):
+    out = tmp_path / "mates"
+    manifest = generate(GenerateConfig(out=str(out), p_positions=4, a_samples=0, seed=5, depth=2, selfplay_nodes=100,
+                                       processes=2, p_select="mate-in-one"))
+    samples = load_files(out, "all").samples
+    assert [s.task for s in samples] == ["P"] * 4
+    assert all(mating_moves(chess.Board(s.fen)) for s in samples)
+    assert manifest["command"].endswith("--p-select mate-in-one")
+
+
+def test_the_mate_in_one_fixture_is_what_its_manifest_says(fixtures_dir):
+    found = load_files(fixtures_dir / "mate_in_one", "all")
+    manifest = json.loads((fixtures_dir / "mate_in_one" / "manifest.json").read_text())
+    assert len(found.samples) == manifest["counts"]["task"]["P"] == 300
+    assert "--p-select mate-in-one" in manifest["command"] and manifest["stockfish"]["label_limit"] == "depth=10"
+    assert all(mating_moves(chess.Board(s.fen)) for s in found.samples)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--temperature", "nan"], "--temperature finite and >= 0; got 4000, 1000, nan"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
+    (["--p-select", "mates"], "--p-select 'mates': choose one of any, mate-in-one"),
 ])
 def test_bad_generate_flags_are_one_clear_line(flags, message, tmp_path, capsys):
     assert cli.main(["data", "generate", "--out", str(tmp_path / "out"), "--p-positions", "2", *flags]) == 2

@@ -66,6 +66,23 @@ def test_label_accuracy_follows_the_datas_own_b_label():
     assert m["P/best_move_acc_label"] == 1.0 and m["P/best_move_acc"] == 0.0
 
 
+MATE_FEN = "7k/6pp/8/8/8/8/8/R2Q2K1 w - - 0 1"  # two mates in one: d1d8 and a1a8
+MATE_ANALYSIS = Analysis(MATE_FEN, ("d1d8", "a1a8", "d1d4", "g1f2", "a1a2"), (10.0, 10.0, 9.0, 8.0, 7.0), "depth=10")
+MATE = Sample("P", text.p_prompt(MATE_FEN), text.p_target(MATE_FEN, MATE_ANALYSIS.moves, MATE_ANALYSIS.evals, "d1d8"),
+              MATE_ANALYSIS)
+
+
+@pytest.mark.parametrize("best, mates, best_move", [
+    ("d1d8", 1.0, 1.0),  # the engine's mate
+    ("a1a8", 1.0, 0.0),  # another mate: not the rank-1 move, still a mate in one
+    ("d1d4", 0.0, 0.0),  # a strong legal move that does not mate
+    ("d1d9", 0.0, 0.0),  # not a move
+])
+def test_mate_in_one_counts_any_mating_move(best, mates, best_move):
+    m = metrics.p_metrics(MATE, text.p_target(MATE_FEN, MATE_ANALYSIS.moves, MATE_ANALYSIS.evals, best))
+    assert (m["P/mate_in_one"], m["P/best_move_acc"]) == (mates, best_move)
+
+
 def test_a_metrics_exact_and_wrong_flags():
     sample = a_sample("A: " + FEN + "+f1b5+e2e4 e7e5 g1f3 b8c6 f1b5+")
     exact = metrics.a_metrics(sample, sample.target)

@@ -9,7 +9,7 @@ import chess.pgn
 import pytest
 
 from rookworld.cli import main
-from rookworld.play import PLY_LIMIT, POINTS, Game, RandomMover, adjudicate, ended, play_games, summary
+from rookworld.play import PLY_LIMIT, POINTS, Game, RandomMover, adjudicate, ended, mates_missed, play_games, summary
 from rookworld.player import ModelPlayer, choose_move
 from rookworld.quality import LOSS_CAP_PAWNS
 from rookworld.tokenizer import Tokenizer
@@ -42,6 +42,22 @@ def test_ended_claims_threefold_and_fifty_moves_and_follows_the_rules():
     mate = chess.Board("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30")
     mate.push_uci("a1a8")
     assert ended(mate).termination == chess.Termination.CHECKMATE and ended(mate).winner == chess.WHITE
+
+
+def test_mate_in_one_counts_the_model_turns_with_a_mate_and_the_mates_played():
+    mate = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30"  # a1a8 mates
+    game = Game(0, chess.WHITE)
+    game.model_moves = [(chess.STARTING_FEN, "e2e4"),  # no mate on the board: not a chance
+                        (mate, "a1a8"), (mate, "a1a7"), (mate, None)]  # mated, missed, an illegal move missed
+    assert mates_missed(game) == (3, 2)
+    other = Game(1, chess.BLACK)
+    other.model_moves = [(chess.STARTING_FEN, "e2e4")]
+    for g in (game, other):
+        g.adjudicate(None, 0)
+    totals = summary([game, other], [0.0] * 5)
+    assert (totals["mate_chances"], totals["mate_in_one"]) == (3, pytest.approx(1 / 3))
+    assert [(g["mate_chances"], g["mates_missed"]) for g in totals["per_game"]] == [(3, 2), (0, 0)]
+    assert summary([other], [0.0])["mate_in_one"] is None  # never on the board: no rate
 
 
 @pytest.fixture
@@ -131,6 +147,8 @@ def _check_consistent(results, max_plies):
         else:
             assert game["final_eval"] is None
     assert results["adjudicated"] == sum(g["termination"] == PLY_LIMIT for g in games)
+    assert results["mate_chances"] == sum(g["mate_chances"] for g in games)
+    assert (results["mate_in_one"] is None) == (results["mate_chances"] == 0)
 
 
 def _check_pgn(path, results, opponent):

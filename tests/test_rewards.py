@@ -244,6 +244,28 @@ def test_dense_credit_is_the_expected_score_loss_under_the_shape():
     assert best_move_credit("", RewardConfig(best_move_illegal=-0.6)) == -0.6
 
 
+# Two mates in one (d1d8, a1a8) and moves that stay a queen and a rook up: clipped, all evals read 10 pawns.
+MATE_FEN = "7k/6pp/8/8/8/8/8/R2Q2K1 w - - 0 1"
+MATE_ANALYSIS = Analysis(MATE_FEN, ("d1d8", "a1a8", "d1d4", "g1f2", "a1a2"), (999.99, 999.99, 14.0, 12.5, 11.0), "test")
+
+
+@pytest.mark.parametrize("shape", ["exp", "linear"])
+def test_mate_miss_loss_sets_a_move_that_gives_up_a_forced_mate_below_the_mates(shape):
+    def credit(move, loss):
+        config = RewardConfig(best_move_shape=shape, mate_miss_loss=loss)
+        return rewards.score_p(text.p_prompt(MATE_FEN), f"M: E: B: {move}", MATE_ANALYSIS, {"h2h3": 0.0},
+                               config).components["best_move"]
+
+    # off: the clipped evals cannot tell staying won from mating
+    assert [credit(move, 0.0) for move in ("d1d8", "a1a8", "d1d4", "g1f2")] == [1.0] * 4
+    floor = math.exp(-1.0) if shape == "exp" else 0.0  # a loss of 0.2 at the default scale 0.2
+    assert [credit(move, 0.2) for move in ("d1d8", "a1a8", "d1d4", "g1f2")] == [1.0, 1.0, floor, floor]
+    assert credit("d1d4", 0.1) == pytest.approx(math.exp(-0.5) if shape == "exp" else 0.5)
+    # a position without a forced mate is judged as before
+    assert best_move_credit("f2f3", RewardConfig(best_move_shape=shape, mate_miss_loss=0.2)) == \
+        best_move_credit("f2f3", RewardConfig(best_move_shape=shape))
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"p_best_move_weight": 0.6}, "sum to 1"),
     ({"p_best_move_weight": 0.8, "p_format_weight": -0.2}, ">= 0"),
@@ -251,6 +273,7 @@ def test_dense_credit_is_the_expected_score_loss_under_the_shape():
     ({"best_move_scale": 0.0}, "best_move_scale must be > 0"),
     ({"best_move_illegal": 0.0}, r"best_move_illegal must be in \[-1, 0\)"),
     ({"best_move_illegal": -1.5}, r"best_move_illegal must be in \[-1, 0\)"),
+    ({"mate_miss_loss": 1.5}, r"mate_miss_loss must be in \[0, 1\]"),
 ])
 def test_reward_config_rejects_bad_values(values, message):
     with pytest.raises(ValueError, match=message):

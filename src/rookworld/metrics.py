@@ -18,7 +18,7 @@ from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
 from rookworld.analysis import clip_pawns
-from rookworld.data.cases import classify_p
+from rookworld.data.cases import classify_p, mating_moves
 from rookworld.data.record import Sample
 from rookworld.quality import BANDS, MoveQuality
 from rookworld.rewards import Score, p_board
@@ -60,6 +60,9 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
     if parsed.moves and len(parsed.evals) == len(parsed.moves):
         highest = parsed.moves[parsed.evals.index(max(parsed.evals))]  # the first on a tie
         values["P/follows_evals"] = float(best == highest)
+    mates = {move.uci() for move in mating_moves(board)}
+    if mates:  # any mate counts, the engine's choice among several or not
+        values["P/mate_in_one"] = float(best in mates)
     label = sample.meta.get("label_best")
     if label is not None:
         values["P/best_move_acc_label"] = float(best == label)

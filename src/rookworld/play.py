@@ -9,7 +9,9 @@ they hold (the draw is claimed). A game still running after --max-plies is adjud
 eval of its final position at the P labels' limit: won by the side ahead by at least --adjudicate
 pawns, else drawn (a model that wins material from a random mover but cannot mate would otherwise
 draw every game). The model's moves are then judged by Stockfish at the same limit (quality.py):
-`acpl` is their mean loss in pawns, an illegal or missing move counting as the cap.
+`acpl` is their mean loss in pawns, an illegal or missing move counting as the cap. `mate_in_one` is
+the share of the model's turns with a mate in one (`mate_chances`) where its own move mated: the depth-10
+loss cannot see a missed mate when the other move keeps a won position (both evals clip to 10 pawns).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import chess
 
+from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import estimate
 
@@ -158,31 +161,49 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def mates_missed(game: Game) -> tuple[int, int]:
+    """The model's turns in `game` with a mate in one, and how many of them it did not mate in (an illegal
+    or missing move misses)."""
+    chances = missed = 0
+    for fen, uci in game.model_moves:
+        mates = {move.uci() for move in mating_moves(chess.Board(fen))}
+        chances += bool(mates)
+        missed += bool(mates) and uci not in mates
+    return chances, missed
+
+
 def summary(played: list[Game], losses: list[float]) -> dict:
     """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order."""
     per_game, at = [], 0
     for game in played:
         mine = losses[at:at + len(game.model_moves)]
         at += len(mine)
+        chances, missed = mates_missed(game)
         per_game.append({
             "index": game.index, "model_color": "white" if game.model_color == chess.WHITE else "black",
             "result": game.outcome.result(), "model_result": game.model_result, "termination": game.termination,
             "plies": game.board.ply(), "model_moves": len(mine),
             "illegal_moves": sum(uci is None for _, uci in game.model_moves),
-            "acpl": _mean(mine), "final_eval": game.final_eval,
+            "acpl": _mean(mine), "mate_chances": chances, "mates_missed": missed, "final_eval": game.final_eval,
             "moves": [move.uci() for move in game.board.move_stack]})
     counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
     moves = sum(g["model_moves"] for g in per_game)
     illegal = sum(g["illegal_moves"] for g in per_game)
     legal = [loss for (_, uci), loss in zip((m for g in played for m in g.model_moves), losses) if uci is not None]
     score = estimate([[POINTS[g["model_result"]]] for g in per_game])  # each game its own cluster
+    chances = sum(g["mate_chances"] for g in per_game)
     return {"games": len(played), "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
             "score": score.mean, "score_se": None if math.isnan(score.se) else score.se,
             "adjudicated": sum(g.termination == PLY_LIMIT for g in played),
             "acpl": _mean(losses), "acpl_legal": _mean(legal),
-            "illegal_rate": illegal / moves if moves else 0.0,
+            "illegal_rate": illegal / moves if moves else 0.0, "mate_chances": chances,
+            "mate_in_one": 1.0 - sum(g["mates_missed"] for g in per_game) / chances if chances else None,
             "plies": sum(g["plies"] for g in per_game), "model_moves": moves, "illegal_moves": illegal,
             "per_game": per_game}
+
+
+def _share(rate: float | None, n: int) -> str:
+    return f"{rate:.2f} of {n} chances" if rate is not None else "never on the board"
 
 
 def write_pgn(path: str, played: list[Game], model_name: str, opponent_name: str) -> None:
@@ -249,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{model_name} vs {opponent.name}: {results['games']} games, +{results['wins']} ={results['draws']} "
           f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
           f"{results['score_se'] or 0:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
-          f"{results['illegal_rate']:.3f}, {results['plies']} plies in {results['wall_s']:.0f} s")
+          f"{results['illegal_rate']:.3f}, mate in one {_share(results['mate_in_one'], results['mate_chances'])}, "
+          f"{results['plies']} plies in {results['wall_s']:.0f} s")
     if args.pgn:
         write_pgn(args.pgn, played, model_name, opponent.name)
     if args.out:

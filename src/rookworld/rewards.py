@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import chess
 
 from rookworld import arbiter, quality, text
-from rookworld.analysis import EVAL_CLIP_PAWNS, Analysis, clip_pawns
+from rookworld.analysis import EVAL_CLIP_PAWNS, Analysis, clip_pawns, is_mate_score
 from rookworld.errors import InvalidPromptError
 
 if TYPE_CHECKING:
@@ -57,6 +57,10 @@ class RewardConfig:
     best_move_illegal: float | None = field(default=None, metadata={
         "help": "best_move credit of an illegal, unparseable or missing move, below every legal move's (< 0) "
                 f"(default: {DENSE_ILLEGAL} for the dense shapes, -1 for 'rank')"})
+    mate_miss_loss: float = field(default=0.0, metadata={
+        "help": "smallest expected-score loss (0..1) of a legal move that gives up a forced mate the truth found "
+                "(the best eval is a mate for the mover, the move's is not); dense shapes only. 0: off, and evals "
+                "clip at 10 pawns, so a move that stays a queen up scores as the mate does"})
     p_format_count: bool = field(default=False, metadata={
         "help": "P format credit also counts, as one more error, an M: list whose length is not the stored "
                 "top list's (5 moves, or every legal move when fewer), as the P/format_valid metric does"})
@@ -77,6 +81,8 @@ class RewardConfig:
             (self.best_move_illegal is None or -1.0 <= self.best_move_illegal < 0.0,
              f"best_move_illegal must be in [-1, 0): below every legal move's credit (>= 0) and a component's "
              f"range, got {self.best_move_illegal}"),
+            (0.0 <= self.mate_miss_loss <= 1.0,
+             f"mate_miss_loss must be in [0, 1], an expected-score loss, got {self.mate_miss_loss}"),
             (self.reward_warmup_steps >= 0, f"reward_warmup_steps must be >= 0 (0: off), "
                                             f"got {self.reward_warmup_steps}"),
         ]
@@ -252,7 +258,10 @@ def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str
 
 def _dense_credit(config: RewardConfig, analysis: Analysis, move_eval: float) -> float:
     """1.0 for the best move, falling with the expected-score loss against it; >= 0 for every legal move."""
-    loss = quality.judge(max(analysis.evals), move_eval).score_loss
+    best = max(analysis.evals)
+    loss = quality.judge(best, move_eval).score_loss
+    if is_mate_score(best) and best > 0 and not (is_mate_score(move_eval) and move_eval > 0):
+        loss = max(loss, config.mate_miss_loss)
     if config.best_move_shape == "linear":
         return max(0.0, 1.0 - loss / config.best_move_scale)
     return math.exp(-loss / config.best_move_scale)

@@ -87,6 +87,11 @@ def case_moves(board: chess.Board, cases: Sequence[str] = MOVE_CASES) -> dict[st
     return {case: found[case] for case in cases}
 
 
+def mating_moves(board: chess.Board) -> list[chess.Move]:
+    """The legal moves of `board` that checkmate: a mate in one for the side to move when not empty."""
+    return case_moves(board, ("checkmate",))["checkmate"]
+
+
 def illegal_move(board: chess.Board, rng: np.random.Generator) -> chess.Move:
     """A well-formed UCI move that is illegal here: half the time (when there is one) a pseudo-legal move
     that leaves the king in check, otherwise a piece of either colour sent to a square it cannot reach."""

@@ -30,11 +30,13 @@ from itertools import count, islice
 from pathlib import Path
 from typing import Any
 
+import chess
 import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from rookworld.data import store
 from rookworld.data.a_mix import RARE_SHARES, AMixer
+from rookworld.data.cases import mating_moves
 from rookworld.data.games import Game, Ply, plies, read_pgn_games
 from rookworld.data.position import position_key
 from rookworld.data.record import Sample, p_sample
@@ -50,6 +52,9 @@ PROGRESS = "progress.json"
 MANIFEST = "manifest.json"
 MULTIPV = 5
 P_KEEP = 0.4  # chance that a new game position becomes a P candidate: spreads P positions over many games
+# Which game positions may become P samples (--p-select): a random share (P_KEEP) of all of them, or every
+# position whose side to move can mate at once (about 1% of self-play positions: a held-out mate-in-one set).
+P_SELECT = {"any": P_KEEP, "mate-in-one": 0.01}  # the share of positions kept, to size each round's games
 # Game moves fill the A samples that rare cases leave (about 75%); the margin covers repeated prompts.
 A_PLIES = 1.0 - sum(RARE_SHARES.values()) + 0.05
 MAX_GAMES_PER_ROUND = 16  # games played in lockstep (a fixed count: the data must not depend on --processes)
@@ -75,6 +80,9 @@ class GenerateConfig:
     shard_size: int = field(default=4000, metadata={"help": "samples per shard (the unit of resuming)"})
     side: str = field(default="all", metadata={"help": "make only the train or eval side of the split by game "
                                                 "(all: both)"})
+    p_select: str = field(default="any", metadata={"help": "P positions: any (a random share of every game's "
+                                                    "positions) or mate-in-one (only, and all, positions whose "
+                                                    "side to move can mate at once)"})
     stockfish: str | None = field(default=None, metadata={"help": "Stockfish binary; unset: $ROOKWORLD_STOCKFISH, PATH "
                                                      "or /usr/games/stockfish"})
 
@@ -91,6 +99,8 @@ class GenerateConfig:
             raise ValueError(f"--seed {self.seed}: must be >= 0")
         if self.side not in SPLITS:
             raise ValueError(f"--side {self.side!r}: choose one of {', '.join(SPLITS)}")
+        if self.p_select not in P_SELECT:
+            raise ValueError(f"--p-select {self.p_select!r}: choose one of {', '.join(P_SELECT)}")
 
     @property
     def label_limit(self) -> Limit:
@@ -107,7 +117,9 @@ class GenerateConfig:
     def fingerprint(self) -> dict[str, Any]:
         """Everything that decides the data (not --out, --processes or the binary's path)."""
         pgn = [{"path": str(Path(p).resolve()), "bytes": Path(p).stat().st_size} for p in self.pgn]
-        side = {"side": self.side} if self.side != "all" else {}  # absent for both sides: older runs resume
+        # absent at their defaults, so that older runs resume
+        side = {"side": self.side} if self.side != "all" else {}
+        side |= {"p_select": self.p_select} if self.p_select != "any" else {}
         return {"format": FORMAT, "p_positions": self.p_positions, "a_samples": self.a_samples, "seed": self.seed,
                 "pgn": pgn, "label_limit": self.label_limit.key(), "selfplay_limit": self.selfplay.limit.key(),
                 "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES, **side}
@@ -121,7 +133,7 @@ class GenerateConfig:
         parts += [f"--processes {self.processes}"] if self.processes is not None else []
         defaults = GenerateConfig(out=self.out)
         parts += [f"--{name.replace('_', '-')} {getattr(self, name)}" for name in ("selfplay_nodes", "temperature",
-                  "shard_size", "side") if getattr(self, name) != getattr(defaults, name)]
+                  "shard_size", "side", "p_select") if getattr(self, name) != getattr(defaults, name)]
         return " ".join(parts)
 
 
@@ -189,6 +201,11 @@ class _Run:
             return list(islice(self.pgn_games, count))
         return play_games(self.pool, count, rng, self.config.selfplay)
 
+    def _p_candidate(self, fen: str, rng: np.random.Generator) -> bool:
+        if self.config.p_select == "mate-in-one":
+            return bool(mating_moves(chess.Board(fen)))
+        return rng.random() < P_KEEP
+
     def _collect(self, rng: np.random.Generator, shard: int, n_p: int, n_a: int,
                  label: str) -> tuple[list[list[Ply]], list[tuple[str, str]]]:
         """Games until there are `n_p` new P positions and enough plies for `n_a` A samples (or the PGN
@@ -201,7 +218,7 @@ class _Run:
         keys: set[str] = set()
         n_plies = 0
         while len(fens) < n_p or n_plies < A_PLIES * n_a:
-            missing = max((n_p - len(fens)) / P_KEEP, A_PLIES * n_a - n_plies)
+            missing = max((n_p - len(fens)) / P_SELECT[self.config.p_select], A_PLIES * n_a - n_plies)
             batch = self._games(rng, min(MAX_GAMES_PER_ROUND, max(2, math.ceil(missing / PLIES_PER_GAME))))
             if not batch:
                 break
@@ -212,7 +229,7 @@ class _Run:
                 n_plies += len(game_plies)
                 for ply in game_plies:
                     key = position_key(ply.fen)
-                    if key not in self.seen_positions and key not in keys and rng.random() < P_KEEP:
+                    if key not in self.seen_positions and key not in keys and self._p_candidate(ply.fen, rng):
                         keys.add(key)
                         fens.append((ply.fen, gid))
             self.progress.update(self.task_id, description=f"{label}: games ({len(games)} games, {n_plies} plies)")
