@@ -6,7 +6,7 @@ import pytest
 
 from rookworld import arbiter, text
 from rookworld.data.a_mix import RARE_SHARES, SYNTHETIC_CASES, AMixer, rare_quotas
-from rookworld.data.cases import case_moves, classify_a, illegal_move
+from rookworld.data.cases import case_moves, classify_a, illegal_move, mating_moves
 from rookworld.data.games import Game, plies
 from rookworld.data.position import game_phase, move_number, position_key
 from rookworld.data.record import a_sample
@@ -43,6 +43,13 @@ def test_case_moves_finds_the_example(fen, move, case):
         for m in moves:
             got = a_sample(text.a_prompt(fen, m.uci(), [m.uci()])).meta["case"]
             assert got == listed if listed in outcomes else got in (listed, *outcomes)
+
+
+def test_mating_moves_are_every_mate_in_one():
+    assert mating_moves(chess.Board("7k/6pp/8/8/8/8/8/R2Q2K1 w - - 0 1")) == {"d1d8", "a1a8"}
+    assert mating_moves(chess.Board("7k/P5pp/8/8/8/8/8/6K1 w - - 0 1")) == {"a7a8q", "a7a8r"}  # promotions mate
+    assert mating_moves(chess.Board("7k/6pp/8/8/8/8/8/R2Q2K1 b - - 0 1")) == set()  # the other side to move
+    assert mating_moves(chess.Board()) == set()
 
 
 def test_case_moves_of_the_initial_position_are_none():

@@ -60,7 +60,7 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
     if parsed.moves and len(parsed.evals) == len(parsed.moves):
         highest = parsed.moves[parsed.evals.index(max(parsed.evals))]  # the first on a tie
         values["P/follows_evals"] = float(best == highest)
-    mates = {move.uci() for move in mating_moves(board)}
+    mates = mating_moves(board)
     if mates:  # any mate counts, the engine's choice among several or not
         values["P/mate_in_one"] = float(best in mates)
     label = sample.meta.get("label_best")

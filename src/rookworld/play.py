@@ -166,7 +166,7 @@ def mates_missed(game: Game) -> tuple[int, int]:
     or missing move misses)."""
     chances = missed = 0
     for fen, uci in game.model_moves:
-        mates = {move.uci() for move in mating_moves(chess.Board(fen))}
+        mates = mating_moves(chess.Board(fen))
         chances += bool(mates)
         missed += bool(mates) and uci not in mates
     return chances, missed

@@ -87,9 +87,9 @@ def case_moves(board: chess.Board, cases: Sequence[str] = MOVE_CASES) -> dict[st
     return {case: found[case] for case in cases}
 
 
-def mating_moves(board: chess.Board) -> list[chess.Move]:
-    """The legal moves of `board` that checkmate: a mate in one for the side to move when not empty."""
-    return case_moves(board, ("checkmate",))["checkmate"]
+def mating_moves(board: chess.Board) -> set[str]:
+    """The legal moves (UCI) of `board` that checkmate: a mate in one for the side to move when not empty."""
+    return {move.uci() for move in case_moves(board, ("checkmate",))["checkmate"]}
 
 
 def illegal_move(board: chess.Board, rng: np.random.Generator) -> chess.Move:
