@@ -256,11 +256,16 @@ def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str
     return _dense_credit(config, analysis, value)
 
 
+def _mates(pawns: float) -> bool:
+    """The eval is a forced mate for the side it speaks for."""
+    return is_mate_score(pawns) and pawns > 0
+
+
 def _dense_credit(config: RewardConfig, analysis: Analysis, move_eval: float) -> float:
     """1.0 for the best move, falling with the expected-score loss against it; >= 0 for every legal move."""
     best = max(analysis.evals)
     loss = quality.judge(best, move_eval).score_loss
-    if is_mate_score(best) and best > 0 and not (is_mate_score(move_eval) and move_eval > 0):
+    if _mates(best) and not _mates(move_eval):  # a forced mate given up: clipped evals cannot see it
         loss = max(loss, config.mate_miss_loss)
     if config.best_move_shape == "linear":
         return max(0.0, 1.0 - loss / config.best_move_scale)

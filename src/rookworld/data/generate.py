@@ -118,11 +118,11 @@ class GenerateConfig:
         """Everything that decides the data (not --out, --processes or the binary's path)."""
         pgn = [{"path": str(Path(p).resolve()), "bytes": Path(p).stat().st_size} for p in self.pgn]
         # absent at their defaults, so that older runs resume
-        side = {"side": self.side} if self.side != "all" else {}
-        side |= {"p_select": self.p_select} if self.p_select != "any" else {}
+        optional = {"side": self.side} if self.side != "all" else {}
+        optional |= {"p_select": self.p_select} if self.p_select != "any" else {}
         return {"format": FORMAT, "p_positions": self.p_positions, "a_samples": self.a_samples, "seed": self.seed,
                 "pgn": pgn, "label_limit": self.label_limit.key(), "selfplay_limit": self.selfplay.limit.key(),
-                "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES, **side}
+                "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES, **optional}
 
     def command(self) -> str:
         parts = ["rookworld data generate", f"--out {self.out}", f"--p-positions {self.p_positions}",
