@@ -1,5 +1,6 @@
-"""`rookworld play`: the model's move choice and its fallback, game ends, adjudication at the ply limit, and
-real games of the embedded model against the random mover and Stockfish (JSON totals, PGN, seeds, flag errors)."""
+"""`rookworld play`: the model's move choice and its fallback, game ends, adjudication at the ply limit, random
+openings, self-play stopped at the first illegal move, and real games of the embedded model against the random
+mover, Stockfish and itself (JSON totals, PGN, seeds, flag errors)."""
 
 import json
 import random
@@ -9,7 +10,19 @@ import chess.pgn
 import pytest
 
 from rookworld.cli import main
-from rookworld.play import PLY_LIMIT, POINTS, Game, RandomMover, adjudicate, ended, mates_missed, play_games, summary
+from rookworld.play import (
+    ILLEGAL,
+    PLY_LIMIT,
+    POINTS,
+    SELF_PLY_LIMIT,
+    Game,
+    RandomMover,
+    adjudicate,
+    ended,
+    mates_missed,
+    play_games,
+    summary,
+)
 from rookworld.player import ModelPlayer, choose_move
 from rookworld.quality import LOSS_CAP_PAWNS
 from rookworld.tokenizer import Tokenizer
@@ -87,6 +100,46 @@ def test_a_model_that_writes_garbage_has_every_move_replaced_and_counted(tiny_gp
     assert totals["acpl"] == 10.0 and totals["acpl_legal"] is None
     again = play_games(ModelPlayer(player.model, tokenizer, seed=3), RandomMover(3), games=2, max_plies=10)
     assert [g.board.move_stack for g in again] == [g.board.move_stack for g in played]
+
+
+def test_self_play_stops_at_the_first_illegal_move_after_seeded_random_openings(tiny_gpt, one_thread):
+    tokenizer = Tokenizer.train_chess(["P: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
+    player = ModelPlayer(tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=96), tokenizer, seed=3)
+    played = play_games(player, None, games=3, max_plies=10, opening_plies=3, seed=4)
+    for game in played:  # the garbage model's first move ends every game, and is not played
+        assert game.model_color is None and game.termination == ILLEGAL and game.legal_half_moves() == 0
+        assert game.board.ply() == 3 and game.outcome.winner == chess.WHITE  # black to move forfeits
+        assert len(game.model_moves) == 1 and game.model_moves[0] == (game.board.fen(), None)
+        replay = Game(game.index, None)
+        replay.open(3, random.Random(f"4/opening/{game.index}"))
+        assert replay.board.move_stack == game.board.move_stack  # the opening: game i's own seeded stream
+    assert len({tuple(g.board.move_stack) for g in played}) == 3  # each game its own opening
+    totals = summary(played, [10.0] * 3)
+    assert (totals["legal_half_moves"], totals["legal_half_moves_se"], totals["legal_half_moves_median"]) == (0, 0, 0)
+    assert (totals["ended_illegal"], totals["ended_by_rules"], totals["at_ply_limit"]) == (3, 0, 0)
+    assert "score" not in totals and all(g["result"] == "1-0" for g in totals["per_game"])
+
+
+def test_self_play_totals_count_legal_half_moves_and_how_games_stopped():
+    games = [Game(i, None) for i in range(4)]
+    games[0].model_moves = [(chess.STARTING_FEN, "e2e4")] * 3 + [(chess.STARTING_FEN, None)]
+    games[0].forfeit()
+    games[1].model_moves = [(chess.STARTING_FEN, "e2e4")] * 8
+    games[1].termination = SELF_PLY_LIMIT  # unfinished at the limit
+    mated = chess.Board("6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30")
+    games[2].board = mated
+    games[2].model_moves = [(mated.fen(), "a1a8")]
+    games[2].push(chess.Move.from_uci("a1a8"))
+    games[3].model_moves = [(chess.STARTING_FEN, None)]  # illegal at once, white to move: black wins
+    games[3].forfeit()
+    totals = summary(games, [1.0] * 14)
+    assert [g["legal_half_moves"] for g in totals["per_game"]] == [3, 8, 1, 0]
+    assert totals["legal_half_moves"] == 3.0 and totals["legal_half_moves_median"] == 2.0
+    assert totals["legal_half_moves_se"] == pytest.approx(((0 + 25 + 4 + 9) / 3 / 4) ** 0.5)
+    assert (totals["ended_illegal"], totals["ended_by_rules"], totals["at_ply_limit"]) == (2, 1, 1)
+    assert [g["result"] for g in totals["per_game"]] == ["0-1", "*", "1-0", "0-1"]
+    assert [g["termination"] for g in totals["per_game"]] == [ILLEGAL, SELF_PLY_LIMIT, "checkmate", ILLEGAL]
+    assert totals["illegal_moves"] == 2 and totals["model_moves"] == 14 and totals["mate_in_one"] == 1.0
 
 
 @pytest.mark.stockfish
@@ -175,7 +228,7 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     _check_consistent(results, 8)
     _check_pgn(pgn, results, "random")
     assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
-                                   "depth": None, "seed": 5, "max_plies": 8, "adjudicate": 5.0,
+                                   "depth": None, "seed": 5, "max_plies": 8, "opening_plies": 0, "adjudicate": 5.0,
                                    "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
@@ -200,8 +253,56 @@ def test_games_against_stockfish_skill_0(tmp_path):
     assert results["settings"]["skill"] == 0 and results["settings"]["depth"] == 1
 
 
+@pytest.mark.stockfish
+def test_self_play_of_the_embedded_model_is_consistent_and_repeats_with_the_seed(tmp_path):
+    flags = ["--opponent", "self", "--games", "2", "--max-plies", "14", "--seed", "1"]
+    results, pgn = _play(tmp_path, "self", *flags)
+    assert results["settings"]["opening_plies"] == 4 and results["settings"]["adjudicate"] is None  # self's default
+    games = results["per_game"]
+    assert results["games"] == len(games) == 2 and "score" not in results
+    ends = [g["termination"] for g in games]
+    assert results["ended_illegal"] + results["ended_by_rules"] + results["at_ply_limit"] == 2
+    assert (results["ended_illegal"], results["at_ply_limit"]) == (ends.count(ILLEGAL), ends.count(SELF_PLY_LIMIT))
+    for game in games:
+        assert game["model_color"] == "both" and game["illegal_moves"] == (game["termination"] == ILLEGAL)
+        assert game["legal_half_moves"] == game["model_moves"] - game["illegal_moves"] == game["plies"] - 4
+        assert game["plies"] == len(game["moves"]) <= 14
+        assert (game["plies"] == 14) == (game["termination"] == SELF_PLY_LIMIT) == (game["result"] == "*")
+    assert results["legal_half_moves"] == pytest.approx(sum(g["legal_half_moves"] for g in games) / 2)
+    assert results["illegal_rate"] == results["illegal_moves"] / results["model_moves"]
+    with open(pgn, encoding="utf-8") as handle:
+        first = chess.pgn.read_game(handle)
+    assert first.headers["White"] == first.headers["Black"] == "rookworld embedded model"
+    assert first.headers["Result"] == games[0]["result"] and first.headers["Termination"] == games[0]["termination"]
+    again, _ = _play(tmp_path, "again", *flags)
+    assert [g["moves"] for g in again["per_game"]] == [g["moves"] for g in games]
+    start, _ = _play(tmp_path, "start", "--opponent", "self", "--games", "1", "--max-plies", "6",
+                     "--opening-plies", "0")
+    game = start["per_game"][0]  # no random plies: every move played is the model's own
+    assert start["settings"]["opening_plies"] == 0 and game["legal_half_moves"] == game["plies"] > 0
+
+
+@pytest.mark.stockfish
+def test_random_openings_start_games_against_an_opponent(tmp_path):
+    flags = ["--opponent", "random", "--games", "2", "--max-plies", "8", "--opening-plies", "3", "--seed", "2"]
+    results, _ = _play(tmp_path, "open", *flags, "--adjudicate", "0")
+    assert results["settings"]["opening_plies"] == 3
+    for game in results["per_game"]:
+        opening = Game(game["index"], None)
+        opening.open(3, random.Random(f"2/opening/{game['index']}"))
+        assert game["moves"][:3] == [move.uci() for move in opening.board.move_stack]
+        model_white = game["model_color"] == "white"  # the model moves on the later plies of its colour
+        assert game["model_moves"] == sum((ply % 2 == 0) == model_white for ply in range(3, game["plies"]))
+    plain, _ = _play(tmp_path, "plain", *flags[:-4], "--seed", "2", "--adjudicate", "0")
+    assert [g["moves"][:3] for g in plain["per_game"]] != [g["moves"][:3] for g in results["per_game"]]
+
+
 @pytest.mark.parametrize("flags, named", [
-    (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish"),
+    (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish, self"),
+    (["--opponent", "self", "--depth", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
+    (["--opponent", "random", "--opening-plies", "-1"], "--opening-plies -1: must be >= 0 and below --max-plies"),
+    (["--opponent", "self", "--opening-plies", "8", "--max-plies", "8"], "--opening-plies 8: must be >= 0 and"),
+    (["--opponent", "self", "--opening-plies", "0"], "--opening-plies 0 with --opponent self and --games 10:"),
     (["--opponent", "stockfish", "--skill", "21"], "--skill 21: Stockfish's skill level is 0..20"),
     (["--opponent", "stockfish", "--skill", "-1"], "--skill -1: Stockfish's skill level is 0..20"),
     (["--opponent", "stockfish", "--depth", "0"], "--depth 0: Stockfish's search depth must be >= 1"),

@@ -1,8 +1,13 @@
-"""`rookworld play --opponent random|stockfish [--skill N] [--games N] [--out FILE.json] [--pgn FILE]`
+"""`rookworld play --opponent random|stockfish|self [--skill N] [--games N] [--out FILE.json] [--pgn FILE]`
 
-Games of a model (its greedy `B:` move, see player.py) against a seeded random mover or Stockfish at
-a skill level. The model is white in the even games. All games advance in lockstep, so each ply is one
-batched generation for every game where the model is to move.
+Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
+skill level, or itself. The model is white in the even games. Each game may start after a few seeded
+random plies (--opening-plies), so that greedy games differ. All games advance in lockstep, so each ply
+is one batched generation for every game where the model is to move.
+
+Self-play measures what RookWorld reported as "legal half-moves in self-play": the model plays both
+sides and a game stops at its first illegal or missing move (no random fallback), so the number of
+legal moves played before it is the measure (censored by the rules' ends and --max-plies).
 
 Games end by python-chess's rules; threefold repetition and the fifty-move rule end them as soon as
 they hold (the draw is claimed). A game still running after --max-plies is adjudicated by Stockfish's
@@ -20,6 +25,7 @@ import argparse
 import json
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,15 +36,20 @@ from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import estimate
 
-OPPONENTS = ("random", "stockfish")
+OPPONENTS = ("random", "stockfish", "self")
 PLY_LIMIT = "ply limit adjudication"
+SELF_PLY_LIMIT = "ply limit"  # a self-play game still running: no side to adjudicate for
+ILLEGAL = "illegal move"  # a self-play game's end: the side to move had no legal move of its own
+SELF_OPENING_PLIES = 4  # 197,281 four-ply starts (perft 4), drawn ply by ply: 100 games rarely repeat one
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 ADJUDICATE_PAWNS = 5.0  # a rook and more: decisive, and beyond the noise of a depth-10 eval
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
-    parser.add_argument("--opponent", required=True, help="random (uniform legal moves) or stockfish")
+    parser.add_argument("--opponent", required=True,
+                        help="random (uniform legal moves), stockfish, or self (the model on both sides; a game "
+                             "stops at its first illegal move)")
     parser.add_argument("--skill", type=int, default=None,
                         help="Stockfish's UCI Skill Level, 0..20 (default: 0; only with --opponent stockfish)")
     parser.add_argument("--depth", type=int, default=None,
@@ -50,8 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a game at the ply limit is won by the side Stockfish's eval of the final position "
                              f"puts ahead by at least this many pawns, else drawn (0: always drawn; default: "
                              f"{ADJUDICATE_PAWNS:g})")
+    parser.add_argument("--opening-plies", type=int, default=None, metavar="K",
+                        help="each game starts after K uniformly random plies from a seeded stream of its own "
+                             f"(default: 0; with --opponent self, {SELF_OPENING_PLIES})")
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random mover and of the model's fallback moves (default: 0)")
+                        help="seed of the random mover, the openings and the model's fallback moves (default: 0)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--threads", type=int, default=None,
@@ -75,10 +89,11 @@ class RandomMover:
 
 @dataclass
 class Game:
-    """One game in progress; `model_moves` holds (FEN, UCI or None when illegal or missing) per model move."""
+    """One game in progress; `model_moves` holds (FEN, UCI or None when illegal or missing) per model move.
+    `model_color` None: the model plays both sides (self-play)."""
 
     index: int
-    model_color: chess.Color
+    model_color: chess.Color | None
     board: chess.Board = field(default_factory=chess.Board)
     model_moves: list[tuple[str, str | None]] = field(default_factory=list)
     outcome: chess.Outcome | None = None
@@ -86,13 +101,29 @@ class Game:
     final_eval: float | None = None  # pawns, the model's view: Stockfish's eval of a position at the ply limit
 
     def model_to_move(self) -> bool:
-        return self.board.turn == self.model_color
+        return self.model_color is None or self.board.turn == self.model_color
 
     def push(self, move: chess.Move) -> None:
         self.board.push(move)
         self.outcome = ended(self.board)
         if self.outcome is not None:
             self.termination = self.outcome.termination.name.lower().replace("_", " ")
+
+    def forfeit(self) -> None:
+        """Self-play's end at an illegal or missing move: the side to move loses (VARIANT_LOSS stands in for
+        python-chess's missing forfeit ending)."""
+        self.outcome = chess.Outcome(chess.Termination.VARIANT_LOSS, not self.board.turn)
+        self.termination = ILLEGAL
+
+    def open(self, plies: int, rng: random.Random) -> None:
+        """Plays up to `plies` uniformly random legal moves from `rng` (fewer if the game ends)."""
+        for _ in range(plies):
+            if self.outcome is not None:
+                break
+            self.push(rng.choice(list(self.board.legal_moves)))
+
+    def legal_half_moves(self) -> int:
+        return sum(uci is not None for _, uci in self.model_moves)
 
     def adjudicate(self, model_eval: float | None, pawns: float) -> None:
         """A game past the ply limit: won by the side `model_eval` (the model's view, None: not judged) puts at
@@ -122,11 +153,17 @@ def ended(board: chess.Board) -> chess.Outcome | None:
     return outcome
 
 
-def play_games(player, opponent, games: int, max_plies: int, progress=None) -> list[Game]:
-    """`games` games in lockstep, one ply of every running game per round; those still running after
-    `max_plies` are left without an outcome, for `adjudicate`."""
-    played = [Game(i, chess.WHITE if i % 2 == 0 else chess.BLACK) for i in range(games)]
-    for ply in range(1, max_plies + 1):
+def play_games(player, opponent, games: int, max_plies: int, progress=None, opening_plies: int = 0,
+               seed: int = 0) -> list[Game]:
+    """`games` games in lockstep, one ply of every running game per round, each after `opening_plies` random
+    plies (game i's from the stream `seed/opening/i`); `opponent` None: self-play, where a game stops at the
+    model's first illegal move. Games still running after `max_plies` plies are left without an outcome,
+    for `adjudicate`."""
+    played = [Game(i, None if opponent is None else chess.WHITE if i % 2 == 0 else chess.BLACK)
+              for i in range(games)]
+    for game in played:
+        game.open(opening_plies, random.Random(f"{seed}/opening/{game.index}"))
+    for ply in range(opening_plies + 1, max_plies + 1):
         running = [g for g in played if g.outcome is None]
         if not running:
             break
@@ -134,11 +171,18 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None) -> l
         opponent_turn = [g for g in running if not g.model_to_move()]
         for game, choice in zip(model_turn, player.choose([g.board for g in model_turn])):
             game.model_moves.append((game.board.fen(), choice.move.uci() if choice.own else None))
-            game.push(choice.move)
+            if choice.own or opponent is not None:
+                game.push(choice.move)
+            else:
+                game.forfeit()
         for game in opponent_turn:
             game.push(opponent.play(game.board))
         if progress is not None:
             progress.update(ply, {"running": sum(g.outcome is None for g in played)})
+    if opponent is None:  # self-play has no side to adjudicate for: a game at the limit stays unfinished
+        for game in played:
+            if game.outcome is None:
+                game.termination = SELF_PLY_LIMIT
     return played
 
 
@@ -172,30 +216,51 @@ def mates_missed(game: Game) -> tuple[int, int]:
     return chances, missed
 
 
+def _color(game: Game) -> str:
+    return "both" if game.model_color is None else "white" if game.model_color == chess.WHITE else "black"
+
+
+def _result(game: Game) -> str:
+    return "*" if game.outcome is None else game.outcome.result()
+
+
 def summary(played: list[Game], losses: list[float]) -> dict:
-    """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order."""
+    """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order.
+    Games against an opponent are scored in points; self-play games (all or none) by their legal half-moves."""
+    self_play = any(game.model_color is None for game in played)
     per_game, at = [], 0
     for game in played:
         mine = losses[at:at + len(game.model_moves)]
         at += len(mine)
         chances, missed = mates_missed(game)
-        per_game.append({
-            "index": game.index, "model_color": "white" if game.model_color == chess.WHITE else "black",
-            "result": game.outcome.result(), "model_result": game.model_result, "termination": game.termination,
-            "plies": game.board.ply(), "model_moves": len(mine),
-            "illegal_moves": sum(uci is None for _, uci in game.model_moves),
-            "acpl": _mean(mine), "mate_chances": chances, "mates_missed": missed, "final_eval": game.final_eval,
-            "moves": [move.uci() for move in game.board.move_stack]})
-    counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
+        record = {"index": game.index, "model_color": _color(game), "result": _result(game),
+                  "termination": game.termination, "plies": game.board.ply(), "model_moves": len(mine),
+                  "illegal_moves": sum(uci is None for _, uci in game.model_moves), "acpl": _mean(mine),
+                  "mate_chances": chances, "mates_missed": missed}
+        if self_play:
+            record["legal_half_moves"] = game.legal_half_moves()
+        else:
+            record.update(model_result=game.model_result, final_eval=game.final_eval)
+        per_game.append({**record, "moves": [move.uci() for move in game.board.move_stack]})
     moves = sum(g["model_moves"] for g in per_game)
     illegal = sum(g["illegal_moves"] for g in per_game)
     legal = [loss for (_, uci), loss in zip((m for g in played for m in g.model_moves), losses) if uci is not None]
-    score = estimate([[POINTS[g["model_result"]]] for g in per_game])  # each game its own cluster
     chances = sum(g["mate_chances"] for g in per_game)
-    return {"games": len(played), "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
-            "score": score.mean, "score_se": None if math.isnan(score.se) else score.se,
-            "adjudicated": sum(g.termination == PLY_LIMIT for g in played),
-            "acpl": _mean(losses), "acpl_legal": _mean(legal),
+    totals = {"games": len(played)}
+    if self_play:
+        halves = estimate([[g["legal_half_moves"]] for g in per_game])  # each game its own cluster
+        ends = [g["termination"] for g in per_game]
+        totals.update(legal_half_moves=halves.mean, legal_half_moves_se=None if math.isnan(halves.se) else halves.se,
+                      legal_half_moves_median=statistics.median(g["legal_half_moves"] for g in per_game),
+                      ended_illegal=ends.count(ILLEGAL), at_ply_limit=ends.count(SELF_PLY_LIMIT),
+                      ended_by_rules=len(ends) - ends.count(ILLEGAL) - ends.count(SELF_PLY_LIMIT))
+    else:
+        counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
+        score = estimate([[POINTS[g["model_result"]]] for g in per_game])  # each game its own cluster
+        totals.update(wins=counts["win"], draws=counts["draw"], losses=counts["loss"], score=score.mean,
+                      score_se=None if math.isnan(score.se) else score.se,
+                      adjudicated=sum(g.termination == PLY_LIMIT for g in played))
+    return {**totals, "acpl": _mean(losses), "acpl_legal": _mean(legal),
             "illegal_rate": illegal / moves if moves else 0.0, "mate_chances": chances,
             "mate_in_one": 1.0 - sum(g["mates_missed"] for g in per_game) / chances if chances else None,
             "plies": sum(g["plies"] for g in per_game), "model_moves": moves, "illegal_moves": illegal,
@@ -212,28 +277,53 @@ def write_pgn(path: str, played: list[Game], model_name: str, opponent_name: str
     date = time.strftime("%Y.%m.%d")
     with open(path, "w", encoding="utf-8") as handle:
         for game in played:
-            names = (model_name, opponent_name) if game.model_color == chess.WHITE else (opponent_name, model_name)
+            names = (model_name, opponent_name) if game.model_color != chess.BLACK else (opponent_name, model_name)
             pgn = chess.pgn.Game.from_board(game.board)
             pgn.headers.update(Event="rookworld play", Site="?", Date=date, Round=str(game.index + 1),
-                               White=names[0], Black=names[1], Result=game.outcome.result(),
-                               Termination=game.termination)
+                               White=names[0], Black=names[1], Result=_result(game), Termination=game.termination)
             print(pgn, file=handle, end="\n\n")
 
 
 def _opponent(args: argparse.Namespace):
-    """The opponent the flags ask for; checks them before the model is loaded."""
+    """The opponent the flags ask for (None: self-play); checks them before the model is loaded."""
     if args.opponent not in OPPONENTS:
         raise UserError(f"--opponent {args.opponent}: unknown; use one of {', '.join(OPPONENTS)}")
-    if args.opponent == "random":
+    if args.opponent != "stockfish":
         if args.skill is not None or args.depth is not None:
             raise UserError("--skill and --depth set Stockfish; use them with --opponent stockfish")
-        return RandomMover(args.seed)
+        return RandomMover(args.seed) if args.opponent == "random" else None
     from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
 
     if args.depth is not None and args.depth < 1:
         raise UserError(f"--depth {args.depth}: Stockfish's search depth must be >= 1")
     return SkillEngine(0 if args.skill is None else args.skill,
                        PLAY_LIMIT if args.depth is None else Limit(depth=args.depth))
+
+
+def _opening_plies(args: argparse.Namespace) -> int:
+    """--opening-plies, its default by opponent, and its checks."""
+    self_play = args.opponent == "self"
+    plies = args.opening_plies if args.opening_plies is not None else SELF_OPENING_PLIES if self_play else 0
+    if plies < 0 or plies >= args.max_plies:
+        raise UserError(f"--opening-plies {plies}: must be >= 0 and below --max-plies ({args.max_plies})")
+    if self_play and plies == 0 and args.games > 1:
+        raise UserError(f"--opening-plies 0 with --opponent self and --games {args.games}: greedy self-play from "
+                        "one start is one game repeated; use --games 1 or --opening-plies >= 1")
+    return plies
+
+
+def _report(name: str, opponent_name: str, results: dict) -> str:
+    moves = (f"acpl {results['acpl']:.2f} pawns, illegal rate {results['illegal_rate']:.3f}, mate in one "
+             f"{_share(results['mate_in_one'], results['mate_chances'])}, {results['plies']} plies in "
+             f"{results['wall_s']:.0f} s")
+    if opponent_name == "self":
+        return (f"{name} vs itself: {results['games']} games, legal half-moves {results['legal_half_moves']:.1f} ± "
+                f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
+                f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
+                f"{results['at_ply_limit']} at the ply limit; {moves}")
+    return (f"{name} vs {opponent_name}: {results['games']} games, +{results['wins']} ={results['draws']} "
+            f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
+            f"{results['score_se'] or 0:.3f}, {moves}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -249,31 +339,33 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--adjudicate {args.adjudicate:g}: pawns must be >= 0 (0: games at the ply limit are drawn)")
     started = time.perf_counter()
     opponent = _opponent(args)
+    opening_plies = _opening_plies(args)
+    opponent_name = "self" if opponent is None else opponent.name
     try:
         player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
         with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
-            played = play_games(player, opponent, args.games, args.max_plies, progress)
+            played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed)
     finally:
-        opponent.close()
+        if opponent is not None:
+            opponent.close()
     play_s = time.perf_counter() - started
     moves = [move for game in played for move in game.model_moves]
     print(f"judging the model's {len(moves)} moves with Stockfish at {LABEL_LIMIT.key()}", flush=True)
     with StockfishPool(processes=args.threads) as pool:
-        adjudicate(played, pool, args.adjudicate)
+        if opponent is not None:
+            adjudicate(played, pool, args.adjudicate)
         losses = [quality.loss for quality in judge_moves(pool, moves)]
     model_name = args.model or "rookworld embedded model"
     engine = opponent if args.opponent == "stockfish" else None
     results = {"settings": {"model": model_name, "opponent": args.opponent, "skill": engine and engine.skill,
                             "depth": engine and engine.limit.depth, "seed": args.seed, "max_plies": args.max_plies,
-                            "adjudicate": args.adjudicate, "judge_limit": LABEL_LIMIT.key()},
+                            "opening_plies": opening_plies,
+                            "adjudicate": None if opponent is None else args.adjudicate,
+                            "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses), "play_s": play_s, "wall_s": time.perf_counter() - started}
-    print(f"{model_name} vs {opponent.name}: {results['games']} games, +{results['wins']} ={results['draws']} "
-          f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
-          f"{results['score_se'] or 0:.3f}, acpl {results['acpl']:.2f} pawns, illegal rate "
-          f"{results['illegal_rate']:.3f}, mate in one {_share(results['mate_in_one'], results['mate_chances'])}, "
-          f"{results['plies']} plies in {results['wall_s']:.0f} s")
+    print(_report(model_name, opponent_name, results))
     if args.pgn:
-        write_pgn(args.pgn, played, model_name, opponent.name)
+        write_pgn(args.pgn, played, model_name, model_name if opponent is None else opponent.name)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     return 0
