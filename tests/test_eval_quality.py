@@ -183,10 +183,13 @@ def test_eval_of_two_models_gives_the_second_its_paired_change(tmp_path, fixture
     data.write_text("\n".join(file_rows(fixtures_dir)) + "\n")
     out = tmp_path / "two.json"
     assert cli.main(["eval", "--model", str(resolve_default_model()), "--model", str(tmp_path / "noisy"), "--data",
-                     str(data), "--split", "all", "--threads", "1", "--processes", "1", "--out", str(out)]) == 0
+                     str(data), "--split", "all", "--threads", "1", "--processes", "1", "--self-play", "4",
+                     "--out", str(out)]) == 0
     first, second = json.loads(out.read_text()).values()
     assert not any(key.endswith("/delta") for key in first)
-    for name in ("P/acpl", "A/exact", "reward/mean"):
+    assert first["selfplay/legal_half_moves/n"] == second["selfplay/ended_illegal/n"] == 4
+    assert first["selfplay/legal_half_moves"] > 0  # the embedded model plays legal moves before it errs
+    for name in ("P/acpl", "A/exact", "reward/mean", "selfplay/legal_half_moves"):  # self-play: paired by game
         assert second[name + "/delta"] == pytest.approx(second[name] - first[name])  # one completion per prompt
         assert second[name + "/delta/se"] >= 0
     assert second["reward/mean/delta"] < 0 < second["reward/mean/delta/se"]  # the noise costs reward
@@ -253,6 +256,8 @@ def test_split_is_for_data_not_predictions(tmp_path, capsys):
     path.write_text(json.dumps({"prompt": "A: " + FEN + "+f1b5+f1b5+", "completion": ""}) + "\n")
     assert cli.main(["eval", "--predictions", str(path), "--split", "all", "--processes", "1"]) == 2
     assert "--split" in capsys.readouterr().err
+    assert cli.main(["eval", "--predictions", str(path), "--self-play", "2", "--processes", "1"]) == 2
+    assert "leave out --model, --split and --self-play" in capsys.readouterr().err
 
 
 @pytest.mark.stockfish
@@ -300,6 +305,7 @@ def test_sampled_eval_flags_limit_and_markdown(tmp_path, fixtures_dir, capsys):
     (["--top-p", "1.5"], "temperature, top_p: top_p must be in (0, 1]"),
     (["--samples", "0"], "samples must be >= 1, got 0"),
     (["--seed", "-1"], "seed must be >= 0, got -1"),
+    (["--self-play", "-1"], "self_play must be >= 0, got -1"),
     (["--limit", "0"], "--limit 0: must be >= 1"),
     (["--threads", "0"], "--threads 0: must be >= 1"),
 ])

@@ -842,6 +842,7 @@ def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_
     assert [e["step"] for e in evals] == [0, 2, 3]  # every 2 steps and after the last
     for e in evals:
         assert {"eval/reward/mean", "eval/sampled/reward/mean"} <= set(e)
+        assert e["eval/selfplay/legal_half_moves/n"] == 64 and "eval/sampled/selfplay/legal_half_moves" not in e
     assert (evaluated / "checkpoint-best").is_dir()
     a, b = weights(plain), weights(evaluated)
     assert all(torch.equal(a[k], b[k]) for k in a)  # evaluation draws from its own random stream
@@ -948,6 +949,7 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--processes", "0"], "processes must be >= 1, got 0"),
     (["--log-samples", "-1"], "log_samples must be >= 0, got -1"),
     (["--max-rollbacks", "-1"], "max_rollbacks must be >= 0, got -1"),
+    (["--eval-self-play", "-1"], "eval_self_play must be >= 0 (0: none), got -1"),
     (["--resample-rounds", "-1"], "resample_rounds must be >= 0, got -1"),
     (["--p-cases", "illegal2"], "p_cases must be one of ('mix', 'balanced', 'sqrt')"),
     (["--adv-sign", "plus"], "adv_sign must be one of ('both', 'positive', 'negative')"),
@@ -1017,7 +1019,8 @@ def test_eval_temperature_reaches_the_sampled_eval(tiny_run_inputs, tmp_path):
     for temperature in (1e-6, 3.0):  # the embedded model, whose completions are worth judging
         cfg = tiny_config(resolve_default_model(), tiny_run_inputs[1], tmp_path / f"t{temperature}", steps=1,
                           eval_every=1, eval_limit=8, eval_draws=2, eval_sampled_limit=8,
-                          eval_temperature=temperature, max_new_tokens_p=None, max_new_tokens_a=None, lr=1e-12)
+                          eval_temperature=temperature, max_new_tokens_p=None, max_new_tokens_a=None, lr=1e-12,
+                          eval_self_play=0)
         run = train.main(cfg, grpo.GRPOConfig())
         found[temperature] = json.loads((run / "eval.jsonl").read_text().splitlines()[0])
     cold, hot = found[1e-6], found[3.0]

@@ -5,7 +5,8 @@ Held-out metrics (see metrics.py), each with its standard error and count, of on
 a split of the data (the eval split by default), or of given completions; each model after the first also
 gets its paired change from the first on the same prompts (NAME/delta ± NAME/delta/se). Greedy by default;
 `--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k). With a Stockfish pool
-the `B:` moves are judged (quality.py) in one batch per evaluation. The GRPO trainer's periodic
+the `B:` moves are judged (quality.py) in one batch per evaluation. `--self-play N` adds N greedy games of
+each model against itself (play.py), reported as selfplay/legal_half_moves. The GRPO trainer's periodic
 evaluation calls `evaluate_model` with the same settings.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +39,11 @@ class EvalConfig:
     samples: int = field(default=1, metadata={"help": "completions per prompt; > 1 samples and adds pass@n"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature when --samples > 1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus mass when --samples > 1"})
-    seed: int = field(default=0, metadata={"help": "seed of the sampling stream when --samples > 1"})
+    seed: int = field(default=0, metadata={"help": "seed of the sampling stream when --samples > 1, and of the "
+                                                   "self-play openings"})
+    self_play: int = field(default=0, metadata={
+        "help": "also play N greedy games of the model against itself, each from seeded random opening plies and "
+                "stopped at its first illegal move: selfplay/legal_half_moves (0: none)"})
     fast_decode: bool | None = field(default=None, metadata={
         "help": "decode in bf16 from a CUDA graph (default: on with CUDA; false: fp32 eager, as on CPU)"})
 
@@ -47,8 +53,9 @@ class EvalConfig:
         for name in ("batch_size", "samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        for name in ("seed", "self_play"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         check_sampling(self.temperature, self.top_p, "temperature, top_p")
 
     @property
@@ -154,25 +161,50 @@ def evaluate_completions(samples: Sequence[Sample], groups: Sequence[Sequence[st
     return summary(samples, groups, prompt_values(samples, groups, pool, limit=limit))
 
 
-def model_completions(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
-                      decoder: FastDecoder | None = None) -> list[list[str]]:
-    """`model`'s completions of `samples` (eval mode, no grad; the model's mode is restored), decoded by
-    `decoder` when given (it must hold the model's current weights)."""
+@contextmanager
+def inference(model) -> Iterator[None]:
+    """`model` in eval mode without gradients; its mode is restored after."""
     import torch
 
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            return complete(model, tokenizer, samples, cfg, decoder)
+            yield
     finally:
         model.train(was_training)
 
 
+def model_completions(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
+                      decoder: FastDecoder | None = None) -> list[list[str]]:
+    """`model`'s completions of `samples` (see `inference`), decoded by `decoder` when given (it must hold the
+    model's current weights)."""
+    with inference(model):
+        return complete(model, tokenizer, samples, cfg, decoder)
+
+
+def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[float]]]:
+    """Per game of cfg.self_play greedy games of `model` against itself (play.py: seeded by cfg.seed, from
+    the default random opening, stopped at the first illegal move or the ply limit), its self-play metrics."""
+    from rookworld import play
+    from rookworld.player import ModelPlayer
+
+    with inference(model):
+        played = play.play_games(ModelPlayer(model, tokenizer, cfg.seed), None, cfg.self_play, play.MAX_PLIES,
+                                 opening_plies=play.SELF_OPENING_PLIES, seed=cfg.seed)
+    return play.self_play_values(played)
+
+
 def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
                    decoder: FastDecoder | None = None) -> dict[str, float]:
-    """Metrics of `model` on `samples` (see model_completions and evaluate_completions)."""
-    return evaluate_completions(samples, model_completions(model, tokenizer, samples, cfg, decoder), pool)
+    """Metrics of `model` on `samples` (see model_completions and evaluate_completions), and its self-play
+    metrics when cfg.self_play > 0."""
+    from rookworld import metrics
+
+    result = evaluate_completions(samples, model_completions(model, tokenizer, samples, cfg, decoder), pool)
+    if cfg.self_play:
+        result.update(metrics.flatten(metrics.summarize(self_play_values(model, tokenizer, cfg))))
+    return result
 
 
 # ---------------------------------------------------------------- command
@@ -315,8 +347,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(EvalConfig, args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be >= 1")
-    if args.predictions and (args.model or args.split):
-        raise UserError("--predictions scores given completions: leave out --model and --split")
+    if args.predictions and (args.model or args.split or cfg.self_play):
+        raise UserError("--predictions scores given completions: leave out --model, --split and --self-play")
     results: dict[str, dict[str, float]] = {}
     with StockfishPool(processes=args.processes, cache_path=args.cache) as pool:
         if args.predictions:
@@ -327,23 +359,26 @@ def run(args: argparse.Namespace) -> int:
         else:
             from rookworld.generation import FastDecoder
             from rookworld.hub import load_model, resolve_default_model
-            from rookworld.metrics import paired_delta
+            from rookworld.metrics import flatten, paired_delta, summarize
             from rookworld.runtime import fast_path, pick_device
 
             samples = _load_samples(args)
             device = pick_device(args.device, args.threads)
             fast = fast_path(cfg.fast_decode, device)
             games = [sample_game(s) for s in samples]
-            first: list[dict[str, list[float]]] | None = None
+            first: tuple[list[dict[str, list[float]]], list[dict[str, list[float]]]] | None = None
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
                 groups = model_completions(model, tokenizer, samples, cfg, FastDecoder(model) if fast else None)
                 per_prompt = prompt_values(samples, groups, pool)
                 results[name] = summary(samples, groups, per_prompt)
+                per_game = self_play_values(model, tokenizer, cfg) if cfg.self_play else []
+                results[name].update(flatten(summarize(per_game)))
                 if first is None:
-                    first = per_prompt
-                else:  # a later model: its change from the first, paired by prompt
-                    results[name].update(paired_delta(per_prompt, first, games))
+                    first = per_prompt, per_game
+                else:  # a later model: its change from the first, paired by prompt and by game (same openings)
+                    results[name].update(paired_delta(per_prompt, first[0], games))
+                    results[name].update(paired_delta(per_game, first[1]))
     _print_table(results)
     if args.out:
         Path(args.out).write_text(json.dumps(jsonable(results), indent=2) + "\n", encoding="utf-8")

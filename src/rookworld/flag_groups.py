@@ -23,7 +23,7 @@ TRAIN: dict[str, list[str]] = {
     "KL": ["beta", "beta_a_scale", "kl_estimator", "kl_direction", "beta_schedule", "kl_importance_weight",
            "beta_warmup_steps", "beta_ramp_steps", "kl_target", "kl_horizon", "beta_min", "beta_max"],
     "guards (0 turns one off)": ["kl_max", "reward_drop", "lr_backoff", "max_rollbacks"],
-    "eval": ["eval_every", "eval_limit", "eval_draws", "eval_sampled_limit", "eval_temperature"],
+    "eval": ["eval_every", "eval_limit", "eval_draws", "eval_sampled_limit", "eval_temperature", "eval_self_play"],
     "checkpoints and logging": ["out", "checkpoint_every", "keep_last", "tensorboard", "wandb_project", "log_samples"],
     "hardware": ["device", "threads", "ref_device", "processes", "engine_rewards", "fast_decode"],
 }

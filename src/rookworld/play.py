@@ -40,6 +40,7 @@ OPPONENTS = ("random", "stockfish", "self")
 PLY_LIMIT = "ply limit adjudication"
 SELF_PLY_LIMIT = "ply limit"  # a self-play game still running: no side to adjudicate for
 ILLEGAL = "illegal move"  # a self-play game's end: the side to move had no legal move of its own
+MAX_PLIES = 200
 SELF_OPENING_PLIES = 4  # 197,281 four-ply starts (perft 4), drawn ply by ply: 100 games rarely repeat one
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 ADJUDICATE_PAWNS = 5.0  # a rook and more: decisive, and beyond the noise of a depth-10 eval
@@ -55,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int, default=None,
                         help="Stockfish's search depth per move (default: 10; only with --opponent stockfish)")
     parser.add_argument("--games", type=int, default=10, help="games to play (default: 10)")
-    parser.add_argument("--max-plies", type=int, default=200,
-                        help="plies after which a running game is adjudicated (default: 200)")
+    parser.add_argument("--max-plies", type=int, default=MAX_PLIES,
+                        help=f"plies after which a running game is adjudicated (default: {MAX_PLIES})")
     parser.add_argument("--adjudicate", type=float, default=ADJUDICATE_PAWNS, metavar="PAWNS",
                         help="a game at the ply limit is won by the side Stockfish's eval of the final position "
                              f"puts ahead by at least this many pawns, else drawn (0: always drawn; default: "
@@ -184,6 +185,13 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
             if game.outcome is None:
                 game.termination = SELF_PLY_LIMIT
     return played
+
+
+def self_play_values(played: list[Game]) -> list[dict[str, list[float]]]:
+    """Per self-play game, the metrics `rookworld eval --self-play` reports: its legal half-moves and whether
+    an illegal move ended it (metrics.summarize's per-prompt form, one game a prompt)."""
+    return [{"selfplay/legal_half_moves": [float(game.legal_half_moves())],
+             "selfplay/ended_illegal": [float(game.termination == ILLEGAL)]} for game in played]
 
 
 def adjudicate(played: list[Game], pool, pawns: float) -> None:

@@ -120,6 +120,9 @@ class TrainConfig:
     eval_sampled_limit: int = field(default=200, metadata={
         "help": "held-out samples (half P, half A) of the sampled eval: eval_draws completions each cost more"})
     eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the sampled eval"})
+    eval_self_play: int = field(default=64, metadata={
+        "help": "greedy games of the model against itself at each eval, from seeded random openings and stopped at "
+                "the first illegal move (eval/selfplay/legal_half_moves; 0: none)"})
     checkpoint_every: int = shared("checkpoint_every", 25)
     keep_last: int = shared("keep_last", 2)
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
@@ -189,6 +192,7 @@ class TrainConfig:
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
             (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
+            (self.eval_self_play >= 0, f"eval_self_play must be >= 0 (0: none), got {self.eval_self_play}"),
             (self.anchor_rows >= 0 and self.anchor_coef >= 0, "anchor_rows and anchor_coef must be >= 0"),
             (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
                                                  f"got {self.anchor_tasks!r}"),
@@ -756,7 +760,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
-    evals = {"eval/": (EvalConfig(batch_size=64), eval_samples)}
+    evals = {"eval/": (EvalConfig(batch_size=64, self_play=cfg.eval_self_play), eval_samples)}
     if cfg.eval_draws:
         evals["eval/sampled/"] = (EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature),
                                   balanced_subset(eval_samples, cfg.eval_sampled_limit))
