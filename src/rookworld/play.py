@@ -39,7 +39,7 @@ from rookworld.metrics import estimate
 OPPONENTS = ("random", "stockfish", "self")
 PLY_LIMIT = "ply limit adjudication"
 SELF_PLY_LIMIT = "ply limit"  # a self-play game still running: no side to adjudicate for
-ILLEGAL = "illegal move"  # a self-play game's end: the side to move had no legal move of its own
+ILLEGAL = "illegal move"  # a self-play game's end: the model wrote an illegal or no `B:` move
 MAX_PLIES = 200
 SELF_OPENING_PLIES = 4  # 197,281 four-ply starts (perft 4), drawn ply by ply: 100 games rarely repeat one
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
@@ -158,8 +158,8 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
                seed: int = 0) -> list[Game]:
     """`games` games in lockstep, one ply of every running game per round, each after `opening_plies` random
     plies (game i's from the stream `seed/opening/i`); `opponent` None: self-play, where a game stops at the
-    model's first illegal move. Games still running after `max_plies` plies are left without an outcome,
-    for `adjudicate`."""
+    model's first illegal move. Games still running after `max_plies` plies are left without an outcome: for
+    `adjudicate` against an opponent, unfinished (`SELF_PLY_LIMIT`) in self-play."""
     played = [Game(i, None if opponent is None else chess.WHITE if i % 2 == 0 else chess.BLACK)
               for i in range(games)]
     for game in played:
