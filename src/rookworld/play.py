@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Stockfish's search depth per move (default: 10; only with --opponent stockfish)")
     parser.add_argument("--games", type=int, default=10, help="games to play (default: 10)")
     parser.add_argument("--max-plies", type=int, default=MAX_PLIES,
-                        help=f"plies after which a running game is adjudicated (default: {MAX_PLIES})")
+                        help=f"plies after which a running game is adjudicated, or in self-play left unfinished "
+                             f"(default: {MAX_PLIES})")
     parser.add_argument("--adjudicate", type=float, default=ADJUDICATE_PAWNS, metavar="PAWNS",
                         help="a game at the ply limit is won by the side Stockfish's eval of the final position "
                              f"puts ahead by at least this many pawns, else drawn (0: always drawn; default: "
