@@ -192,7 +192,7 @@ def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[f
     with inference(model):
         played = play.play_games(ModelPlayer(model, tokenizer, cfg.seed), None, cfg.self_play, play.MAX_PLIES,
                                  opening_plies=play.SELF_OPENING_PLIES, seed=cfg.seed)
-    return play.self_play_values(played)
+    return play.per_game_values(played)
 
 
 def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,

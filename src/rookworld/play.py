@@ -188,7 +188,7 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
     return played
 
 
-def self_play_values(played: list[Game]) -> list[dict[str, list[float]]]:
+def per_game_values(played: list[Game]) -> list[dict[str, list[float]]]:
     """Per self-play game, the metrics `rookworld eval --self-play` reports: its legal half-moves and whether
     an illegal move ended it (metrics.summarize's per-prompt form, one game a prompt)."""
     return [{"selfplay/legal_half_moves": [float(game.legal_half_moves())],
