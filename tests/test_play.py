@@ -10,6 +10,7 @@ import chess.pgn
 import pytest
 
 from rookworld.cli import main
+from rookworld.evaluate import EvalConfig, self_play_values
 from rookworld.play import (
     ILLEGAL,
     PLY_LIMIT,
@@ -118,8 +119,6 @@ def test_self_play_stops_at_the_first_illegal_move_after_seeded_random_openings(
     assert (totals["legal_half_moves"], totals["legal_half_moves_se"], totals["legal_half_moves_median"]) == (0, 0, 0)
     assert (totals["ended_illegal"], totals["ended_by_rules"], totals["at_ply_limit"]) == (3, 0, 0)
     assert "score" not in totals and all(g["result"] == "1-0" for g in totals["per_game"])
-    from rookworld.evaluate import EvalConfig, self_play_values
-
     player.model.train()
     values = self_play_values(player.model, tokenizer, EvalConfig(self_play=2))  # `rookworld eval --self-play 2`
     assert values == [{"selfplay/legal_half_moves": [0.0], "selfplay/ended_illegal": [1.0]}] * 2

@@ -1024,6 +1024,7 @@ def test_eval_temperature_reaches_the_sampled_eval(tiny_run_inputs, tmp_path):
         run = train.main(cfg, grpo.GRPOConfig())
         found[temperature] = json.loads((run / "eval.jsonl").read_text().splitlines()[0])
     cold, hot = found[1e-6], found[3.0]
+    assert not any(key.startswith("eval/selfplay/") for key in cold)  # --eval-self-play 0: no games
     assert cold["eval/reward/mean"] == hot["eval/reward/mean"]  # the greedy eval of the same model
     # almost no temperature: both draws are the greedy completion; three times as hot: worse ones
     assert cold["eval/sampled/reward/mean"] == pytest.approx(cold["eval/reward/mean"])
