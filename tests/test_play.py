@@ -112,7 +112,7 @@ def test_self_play_stops_at_the_first_illegal_move_after_seeded_random_openings(
         assert game.board.ply() == 3 and game.outcome.winner == chess.WHITE  # black to move forfeits
         assert len(game.model_moves) == 1 and game.model_moves[0] == (game.board.fen(), None)
         replay = Game(game.index, None)
-        replay.open(3, random.Random(f"4/opening/{game.index}"))
+        replay.open(3, RandomMover(4, f"opening/{game.index}"))
         assert replay.board.move_stack == game.board.move_stack  # the opening: game i's own seeded stream
     assert len({tuple(g.board.move_stack) for g in played}) == 3  # each game its own opening
     totals = summary(played, [10.0] * 3)
@@ -294,7 +294,7 @@ def test_random_openings_start_games_against_an_opponent(tmp_path):
     assert results["settings"]["opening_plies"] == 3
     for game in results["per_game"]:
         opening = Game(game["index"], None)
-        opening.open(3, random.Random(f"2/opening/{game['index']}"))
+        opening.open(3, RandomMover(2, f"opening/{game['index']}"))
         assert game["moves"][:3] == [move.uci() for move in opening.board.move_stack]
         model_white = game["model_color"] == "white"  # the model moves on the later plies of its colour
         assert game["model_moves"] == sum((ply % 2 == 0) == model_white for ply in range(3, game["plies"]))

@@ -185,10 +185,13 @@ def model_completions(model, tokenizer, samples: Sequence[Sample], cfg: EvalConf
 
 def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[float]]]:
     """Per game of cfg.self_play greedy games of `model` against itself (play.py: seeded by cfg.seed, from
-    the default random opening, stopped at the first illegal move or the ply limit), its self-play metrics."""
+    the default random opening, stopped at the first illegal move or the ply limit), its self-play metrics;
+    none when cfg.self_play is 0."""
     from rookworld import play
     from rookworld.player import ModelPlayer
 
+    if not cfg.self_play:
+        return []
     with inference(model):
         played = play.play_games(ModelPlayer(model, tokenizer, cfg.seed), None, cfg.self_play, play.MAX_PLIES,
                                  opening_plies=play.SELF_OPENING_PLIES, seed=cfg.seed)
@@ -198,13 +201,11 @@ def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[f
 def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
                    decoder: FastDecoder | None = None) -> dict[str, float]:
     """Metrics of `model` on `samples` (see model_completions and evaluate_completions), and its self-play
-    metrics when cfg.self_play > 0."""
+    metrics (see self_play_values)."""
     from rookworld import metrics
 
     result = evaluate_completions(samples, model_completions(model, tokenizer, samples, cfg, decoder), pool)
-    if cfg.self_play:
-        result.update(metrics.flatten(metrics.summarize(self_play_values(model, tokenizer, cfg))))
-    return result
+    return result | metrics.flatten(metrics.summarize(self_play_values(model, tokenizer, cfg)))
 
 
 # ---------------------------------------------------------------- command
@@ -372,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
                 groups = model_completions(model, tokenizer, samples, cfg, FastDecoder(model) if fast else None)
                 per_prompt = prompt_values(samples, groups, pool)
                 results[name] = summary(samples, groups, per_prompt)
-                per_game = self_play_values(model, tokenizer, cfg) if cfg.self_play else []
+                per_game = self_play_values(model, tokenizer, cfg)
                 results[name].update(flatten(summarize(per_game)))
                 if first is None:
                     first = per_prompt, per_game

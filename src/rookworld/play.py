@@ -34,7 +34,7 @@ import chess
 
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
-from rookworld.metrics import estimate
+from rookworld.metrics import Estimate, estimate
 
 OPPONENTS = ("random", "stockfish", "self")
 PLY_LIMIT = "ply limit adjudication"
@@ -75,12 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class RandomMover:
-    """Uniformly random legal moves from a seeded stream."""
+    """Uniformly random legal moves from a seeded stream (`SEED/STREAM`: the opponent's, or a game's opening)."""
 
     name = "random"
 
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(f"{seed}/opponent")
+    def __init__(self, seed: int, stream: str = "opponent") -> None:
+        self.rng = random.Random(f"{seed}/{stream}")
 
     def play(self, board: chess.Board) -> chess.Move:
         return self.rng.choice(list(board.legal_moves))
@@ -117,12 +117,12 @@ class Game:
         self.outcome = chess.Outcome(chess.Termination.VARIANT_LOSS, not self.board.turn)
         self.termination = ILLEGAL
 
-    def open(self, plies: int, rng: random.Random) -> None:
-        """Plays up to `plies` uniformly random legal moves from `rng` (fewer if the game ends)."""
+    def open(self, plies: int, mover: RandomMover) -> None:
+        """Plays up to `plies` moves of `mover` (fewer if the game ends)."""
         for _ in range(plies):
             if self.outcome is not None:
                 break
-            self.push(rng.choice(list(self.board.legal_moves)))
+            self.push(mover.play(self.board))
 
     def legal_half_moves(self) -> int:
         return sum(uci is not None for _, uci in self.model_moves)
@@ -164,7 +164,7 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
     played = [Game(i, None if opponent is None else chess.WHITE if i % 2 == 0 else chess.BLACK)
               for i in range(games)]
     for game in played:
-        game.open(opening_plies, random.Random(f"{seed}/opening/{game.index}"))
+        game.open(opening_plies, RandomMover(seed, f"opening/{game.index}"))
     for ply in range(opening_plies + 1, max_plies + 1):
         running = [g for g in played if g.outcome is None]
         if not running:
@@ -229,6 +229,11 @@ def _color(game: Game) -> str:
     return "both" if game.model_color is None else "white" if game.model_color == chess.WHITE else "black"
 
 
+def _se(found: Estimate) -> float | None:
+    """An estimate's SE for JSON: None where one game gives none."""
+    return None if math.isnan(found.se) else found.se
+
+
 def _result(game: Game) -> str:
     return "*" if game.outcome is None else game.outcome.result()
 
@@ -259,7 +264,7 @@ def summary(played: list[Game], losses: list[float]) -> dict:
     if self_play:
         halves = estimate([[g["legal_half_moves"]] for g in per_game])  # each game its own cluster
         ends = [g["termination"] for g in per_game]
-        totals.update(legal_half_moves=halves.mean, legal_half_moves_se=None if math.isnan(halves.se) else halves.se,
+        totals.update(legal_half_moves=halves.mean, legal_half_moves_se=_se(halves),
                       legal_half_moves_median=statistics.median(g["legal_half_moves"] for g in per_game),
                       ended_illegal=ends.count(ILLEGAL), at_ply_limit=ends.count(SELF_PLY_LIMIT),
                       ended_by_rules=len(ends) - ends.count(ILLEGAL) - ends.count(SELF_PLY_LIMIT))
@@ -267,7 +272,7 @@ def summary(played: list[Game], losses: list[float]) -> dict:
         counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
         score = estimate([[POINTS[g["model_result"]]] for g in per_game])  # each game its own cluster
         totals.update(wins=counts["win"], draws=counts["draw"], losses=counts["loss"], score=score.mean,
-                      score_se=None if math.isnan(score.se) else score.se,
+                      score_se=_se(score),
                       adjudicated=sum(g.termination == PLY_LIMIT for g in played))
     return {**totals, "acpl": _mean(losses), "acpl_legal": _mean(legal),
             "illegal_rate": illegal / moves if moves else 0.0, "mate_chances": chances,
