@@ -1,6 +1,7 @@
 """`rookworld play`: the model's move choice and its fallback, game ends, adjudication at the ply limit, random
-openings, self-play stopped at the first illegal move, and real games of the embedded model against the random
-mover, Stockfish and itself (JSON totals, PGN, seeds, flag errors)."""
+openings, self-play stopped at the first illegal move, matches against a second model, the Elo difference, and
+real games of the embedded model against the random mover, Stockfish, itself and a second copy of itself (JSON
+totals, PGN, seeds, flag errors)."""
 
 import json
 import random
@@ -11,14 +12,18 @@ import pytest
 
 from rookworld.cli import main
 from rookworld.evaluate import EvalConfig, self_play_values
+from rookworld.metrics import estimate
 from rookworld.play import (
     ILLEGAL,
     PLY_LIMIT,
     POINTS,
     SELF_PLY_LIMIT,
     Game,
+    ModelOpponent,
     RandomMover,
     adjudicate,
+    elo_difference,
+    elo_interval,
     ended,
     mates_missed,
     play_games,
@@ -125,6 +130,48 @@ def test_self_play_stops_at_the_first_illegal_move_after_seeded_random_openings(
     assert player.model.training  # its mode restored
 
 
+def test_a_model_opponent_answers_in_batches_its_illegal_moves_replaced_and_counted(tiny_gpt, one_thread):
+    tokenizer = Tokenizer.train_chess(["P: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
+    model = tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=96)
+    player = ModelPlayer(model, tokenizer, seed=3)
+    opponent = ModelOpponent(ModelPlayer(model, tokenizer, seed=3, stream="opponent-fallback"), "garbage")
+    played = play_games(player, opponent, games=4, max_plies=10, opening_plies=2, seed=4)
+    assert [g.model_color for g in played] == [chess.WHITE, chess.BLACK] * 2
+    for game in played:  # games 2k and 2k + 1 open alike, from the stream of opening k
+        opening = Game(game.index, None)
+        opening.open(2, RandomMover(4, f"opening/{game.index // 2}"))
+        assert game.board.move_stack[:2] == opening.board.move_stack
+        assert len(game.model_moves) == 4 and all(uci is None for _, uci in game.model_moves)
+    assert played[0].board.move_stack[:2] != played[2].board.move_stack[:2]
+    assert opponent.moves_played == opponent.illegal == 16  # 4 plies of 8 for each side, every move replaced
+    # the two sides' fallbacks draw from their own streams: the same model, yet not one game mirrors the other
+    assert played[0].board.move_stack[2:] != played[1].board.move_stack[2:]
+
+
+def test_the_elo_difference_follows_the_score_on_the_logistic_curve():
+    assert elo_difference(0.5) == 0.0 and elo_difference(0.0) is None and elo_difference(1.0) is None
+    assert elo_difference(10 / 11) == pytest.approx(400.0)  # odds of 10 to 1
+    assert elo_difference(0.25) == pytest.approx(-elo_difference(0.75)) == pytest.approx(-190.8485, abs=1e-4)
+    score = estimate([[1.0], [0.5], [0.5], [0.0], [1.0], [1.0]])  # 0.667 ± 0.167
+    low, high = elo_interval(score)
+    assert low == pytest.approx(elo_difference(score.mean - 1.96 * score.se))
+    assert low < elo_difference(score.mean) < high and high is not None
+    assert elo_interval(estimate([[1.0], [0.0]]))[1] is None  # 0.5 ± 1.96 × 0.5 passes a score of 1: unbounded
+    assert elo_interval(estimate([[1.0]])) is None  # one game: no SE, no interval
+
+
+def test_the_score_of_games_paired_by_opening_has_its_se_clustered_by_pair():
+    games = [Game(i, chess.WHITE if i % 2 == 0 else chess.BLACK) for i in range(4)]
+    for game in games[:3]:  # white wins: the model wins, loses, wins
+        game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, chess.WHITE)
+    games[3].outcome = chess.Outcome(chess.Termination.VARIANT_DRAW, None)
+    plain, paired = summary(games, []), summary(games, [], paired=True)
+    assert plain["score"] == paired["score"] == 0.625 and paired["elo"] == elo_difference(0.625)
+    assert plain["score_se"] == pytest.approx((0.6875 / 3 / 4) ** 0.5)  # four independent games
+    assert paired["score_se"] == pytest.approx(0.125)  # pair totals 1 and 1.5 around 1.25: sqrt(0.125 / 2) / 2
+    assert paired["elo_interval"][0] == pytest.approx(elo_difference(0.625 - 1.96 * 0.125))
+
+
 def test_self_play_totals_count_legal_half_moves_and_how_games_stopped():
     games = [Game(i, None) for i in range(4)]
     games[0].model_moves = [(chess.STARTING_FEN, "e2e4")] * 3 + [(chess.STARTING_FEN, None)]
@@ -185,6 +232,7 @@ def _check_consistent(results, max_plies):
     assert results["score"] == pytest.approx(
         (results["wins"] + 0.5 * results["draws"]) / results["games"])
     assert results["score"] == pytest.approx(sum(POINTS[g["model_result"]] for g in games) / len(games))
+    assert results["elo"] == elo_difference(results["score"])
     assert 0.0 <= results["illegal_rate"] <= 1.0
     assert results["illegal_rate"] == results["illegal_moves"] / results["model_moves"]
     assert 0.0 <= results["acpl_legal"] <= results["acpl"] <= LOSS_CAP_PAWNS
@@ -194,7 +242,9 @@ def _check_consistent(results, max_plies):
     assert results["plies"] == sum(g["plies"] for g in games) == sum(len(g["moves"]) for g in games)
     for game in games:
         assert game["model_color"] == ("white" if game["index"] % 2 == 0 else "black")
-        assert game["model_moves"] == (game["plies"] + (game["model_color"] == "white")) // 2
+        # the model moves on the plies of its colour after the opening
+        model_white, opening = game["model_color"] == "white", results["settings"]["opening_plies"]
+        assert game["model_moves"] == sum((ply % 2 == 0) == model_white for ply in range(opening, game["plies"]))
         assert game["plies"] <= max_plies
         if game["termination"] == PLY_LIMIT:
             assert game["plies"] == max_plies
@@ -233,8 +283,8 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     _check_consistent(results, 8)
     _check_pgn(pgn, results, "random")
     assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
-                                   "depth": None, "seed": 5, "max_plies": 8, "opening_plies": 0, "adjudicate": 5.0,
-                                   "judge_limit": "depth=10"}
+                                   "depth": None, "opponent_model": None, "seed": 5, "max_plies": 8, "opening_plies": 0,
+                                   "adjudicate": 5.0, "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
     for timing in ("play_s", "wall_s"):
@@ -294,16 +344,38 @@ def test_random_openings_start_games_against_an_opponent(tmp_path):
     assert results["settings"]["opening_plies"] == 3
     for game in results["per_game"]:
         opening = Game(game["index"], None)
-        opening.open(3, RandomMover(2, f"opening/{game['index']}"))
+        opening.open(3, RandomMover(2, f"opening/{game['index'] // 2}"))  # one opening, both colours
         assert game["moves"][:3] == [move.uci() for move in opening.board.move_stack]
-        model_white = game["model_color"] == "white"  # the model moves on the later plies of its colour
-        assert game["model_moves"] == sum((ply % 2 == 0) == model_white for ply in range(3, game["plies"]))
+    _check_consistent(results, 8)
     plain, _ = _play(tmp_path, "plain", *flags[:-4], "--seed", "2", "--adjudicate", "0")
     assert [g["moves"][:3] for g in plain["per_game"]] != [g["moves"][:3] for g in results["per_game"]]
 
 
+@pytest.mark.stockfish
+def test_a_match_of_the_embedded_model_against_a_second_copy_of_itself(tmp_path):
+    model = "src/rookworld/assets/model"
+    results, pgn = _play(tmp_path, "match", "--opponent", "model", "--opponent-model", model, "--games", "4",
+                         "--max-plies", "12", "--seed", "3")
+    _check_consistent(results, 12)
+    _check_pgn(pgn, results, model)
+    assert results["settings"]["opponent_model"] == model and results["settings"]["opening_plies"] == 4  # default
+    games = results["per_game"]
+    assert games[0]["moves"][:4] == games[1]["moves"][:4] != games[2]["moves"][:4] == games[3]["moves"][:4]
+    # the opponent moved on the plies after the opening that are not the model's
+    assert results["opponent_moves"] == sum(g["plies"] - 4 - g["model_moves"] for g in games)
+    assert 0 <= results["opponent_illegal_moves"] <= results["opponent_moves"]
+    pairs = [[POINTS[g["model_result"]] for g in games[i:i + 2]] for i in (0, 2)]  # one opening each
+    assert results["score_se"] == pytest.approx(estimate(pairs).se)
+    default, _ = _play(tmp_path, "default", "--opponent", "model", "--games", "2", "--max-plies", "12", "--seed", "3")
+    assert default["settings"]["opponent_model"] == "rookworld embedded model"
+    assert [g["moves"] for g in default["per_game"]] == [g["moves"] for g in games[:2]]  # the same model
+
+
 @pytest.mark.parametrize("flags, named", [
-    (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish, self"),
+    (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish, self, model"),
+    (["--opponent", "random", "--opponent-model", "m"], "--opponent-model m: names the opponent of --opponent model"),
+    (["--opponent", "model", "--skill", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
+    (["--opponent", "model", "--opening-plies", "0"], "--opening-plies 0 with --opponent model and --games 10:"),
     (["--opponent", "self", "--depth", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
     (["--opponent", "random", "--opening-plies", "-1"], "--opening-plies -1: must be >= 0 and below --max-plies"),
     (["--opponent", "self", "--opening-plies", "8", "--max-plies", "8"], "--opening-plies 8: must be >= 0 and"),

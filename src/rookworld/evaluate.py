@@ -194,7 +194,7 @@ def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[f
         return []
     with inference(model):
         played = play.play_games(ModelPlayer(model, tokenizer, cfg.seed), None, cfg.self_play, play.MAX_PLIES,
-                                 opening_plies=play.SELF_OPENING_PLIES, seed=cfg.seed)
+                                 opening_plies=play.GREEDY_OPENING_PLIES, seed=cfg.seed)
     return play.per_game_values(played)
 
 

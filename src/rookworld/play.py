@@ -1,9 +1,11 @@
-"""`rookworld play --opponent random|stockfish|self [--skill N] [--games N] [--out FILE.json] [--pgn FILE]`
+"""`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
-skill level, or itself. The model is white in the even games. Each game may start after a few seeded
-random plies (--opening-plies), so that greedy games differ. All games advance in lockstep, so each ply
-is one batched generation for every game where the model is to move.
+skill level, itself, or another model (a match, as engine authors test a new version against the old).
+The model is white in the even games. Each game may start after a few seeded random plies
+(--opening-plies), so that greedy games differ; against an opponent games 2k and 2k + 1 share their
+opening, played once with each colour, so an opening's bias for one side cancels in the score. All games
+advance in lockstep, so each ply is one batched generation for every game where a model is to move.
 
 Self-play measures what RookWorld reported as "legal half-moves in self-play": the model plays both
 sides and a game stops at its first illegal or missing move (no random fallback), so the number of
@@ -36,21 +38,26 @@ from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import Estimate, estimate
 
-OPPONENTS = ("random", "stockfish", "self")
+OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
 SELF_PLY_LIMIT = "ply limit"  # a self-play game still running: no side to adjudicate for
 ILLEGAL = "illegal move"  # a self-play game's end: the model wrote an illegal or no `B:` move
 MAX_PLIES = 200
-SELF_OPENING_PLIES = 4  # 197,281 four-ply starts (perft 4), drawn ply by ply: 100 games rarely repeat one
+GREEDY_OPENING_PLIES = 4  # 197,281 four-ply starts (perft 4), drawn ply by ply: 100 games rarely repeat one
 POINTS = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+EMBEDDED_NAME = "rookworld embedded model"
 ADJUDICATE_PAWNS = 5.0  # a rook and more: decisive, and beyond the noise of a depth-10 eval
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
     parser.add_argument("--opponent", required=True,
-                        help="random (uniform legal moves), stockfish, or self (the model on both sides; a game "
-                             "stops at its first illegal move)")
+                        help="random (uniform legal moves), stockfish, self (the model on both sides; a game "
+                             "stops at its first illegal move) or model (--opponent-model, e.g. the model a run "
+                             "started from)")
+    parser.add_argument("--opponent-model", default=None, metavar="MODEL",
+                        help="checkpoint directory or hub id of the opponent with --opponent model (default: the "
+                             "embedded model)")
     parser.add_argument("--skill", type=int, default=None,
                         help="Stockfish's UCI Skill Level, 0..20 (default: 0; only with --opponent stockfish)")
     parser.add_argument("--depth", type=int, default=None,
@@ -65,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{ADJUDICATE_PAWNS:g})")
     parser.add_argument("--opening-plies", type=int, default=None, metavar="K",
                         help="each game starts after K uniformly random plies from a seeded stream of its own "
-                             f"(default: 0; with --opponent self, {SELF_OPENING_PLIES})")
+                             f"(default: 0; with --opponent self or model, {GREEDY_OPENING_PLIES})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random mover, the openings and the model's fallback moves (default: 0)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
@@ -87,6 +94,31 @@ class RandomMover:
 
     def close(self) -> None:
         pass
+
+
+class ModelOpponent:
+    """A second model as the opponent: its greedy `B:` moves, a random legal move where one is illegal or
+    missing (counted in `illegal` of `moves_played`)."""
+
+    def __init__(self, player, name: str) -> None:
+        self.player, self.name = player, name
+        self.moves_played = self.illegal = 0
+
+    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
+        choices = self.player.choose(boards)
+        self.moves_played += len(choices)
+        self.illegal += sum(not choice.own for choice in choices)
+        return [choice.move for choice in choices]
+
+    def close(self) -> None:
+        pass
+
+
+def opponent_moves(opponent, boards: list[chess.Board]) -> list[chess.Move]:
+    """The opponent's moves on `boards`: a model answers them all in one batched generation, the others one by one."""
+    if isinstance(opponent, ModelOpponent):
+        return opponent.moves(boards)
+    return [opponent.play(board) for board in boards]
 
 
 @dataclass
@@ -158,13 +190,15 @@ def ended(board: chess.Board) -> chess.Outcome | None:
 def play_games(player, opponent, games: int, max_plies: int, progress=None, opening_plies: int = 0,
                seed: int = 0) -> list[Game]:
     """`games` games in lockstep, one ply of every running game per round, each after `opening_plies` random
-    plies (game i's from the stream `seed/opening/i`); `opponent` None: self-play, where a game stops at the
+    plies from the stream `seed/opening/k`: k = i for self-play game i; against an opponent k = i // 2, the
+    model white in game 2k and black in 2k + 1. `opponent` None: self-play, where a game stops at the
     model's first illegal move. Games still running after `max_plies` plies are left without an outcome: for
     `adjudicate` against an opponent, unfinished (`SELF_PLY_LIMIT`) in self-play."""
     played = [Game(i, None if opponent is None else chess.WHITE if i % 2 == 0 else chess.BLACK)
               for i in range(games)]
     for game in played:
-        game.open(opening_plies, RandomMover(seed, f"opening/{game.index}"))
+        opening = game.index if opponent is None else game.index // 2
+        game.open(opening_plies, RandomMover(seed, f"opening/{opening}"))
     for ply in range(opening_plies + 1, max_plies + 1):
         running = [g for g in played if g.outcome is None]
         if not running:
@@ -177,8 +211,8 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
                 game.push(choice.move)
             else:
                 game.forfeit()
-        for game in opponent_turn:
-            game.push(opponent.play(game.board))
+        for game, move in zip(opponent_turn, opponent_moves(opponent, [g.board for g in opponent_turn])):
+            game.push(move)
         if progress is not None:
             progress.update(ply, {"running": sum(g.outcome is None for g in played)})
     if opponent is None:  # self-play has no side to adjudicate for: a game at the limit stays unfinished
@@ -234,13 +268,28 @@ def _se(found: Estimate) -> float | None:
     return None if math.isnan(found.se) else found.se
 
 
+def elo_difference(score: float) -> float | None:
+    """The Elo difference that expects `score` (points a game): the logistic curve on which 400 points
+    multiply the odds by 10; None at 0 or 1, where no finite difference does."""
+    return 400 * math.log10(score / (1 - score)) if 0 < score < 1 else None
+
+
+def elo_interval(score: Estimate) -> list[float | None] | None:
+    """The 95% interval of the Elo difference, from the score's normal interval (score ± 1.96 SE): a bound
+    beyond a score of 0 or 1 is None (unbounded); None without an SE (one game)."""
+    if math.isnan(score.se):
+        return None
+    return [elo_difference(score.mean + side * 1.96 * score.se) for side in (-1, 1)]
+
+
 def _result(game: Game) -> str:
     return "*" if game.outcome is None else game.outcome.result()
 
 
-def summary(played: list[Game], losses: list[float]) -> dict:
+def summary(played: list[Game], losses: list[float], paired: bool = False) -> dict:
     """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order.
-    Games against an opponent are scored in points; self-play games (all or none) by their legal half-moves."""
+    Games against an opponent are scored in points, the SE clustered by pairs of games when `paired` (games 2k
+    and 2k + 1 share an opening); self-play games (all or none) by their legal half-moves."""
     self_play = any(game.model_color is None for game in played)
     per_game, at = [], 0
     for game in played:
@@ -270,9 +319,10 @@ def summary(played: list[Game], losses: list[float]) -> dict:
                       ended_by_rules=len(ends) - ends.count(ILLEGAL) - ends.count(SELF_PLY_LIMIT))
     else:
         counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
-        score = estimate([[POINTS[g["model_result"]]] for g in per_game])  # each game its own cluster
+        points = [POINTS[g["model_result"]] for g in per_game]
+        score = estimate([points[i:i + 2] for i in range(0, len(points), 2)] if paired else [[p] for p in points])
         totals.update(wins=counts["win"], draws=counts["draw"], losses=counts["loss"], score=score.mean,
-                      score_se=_se(score),
+                      score_se=_se(score), elo=elo_difference(score.mean), elo_interval=elo_interval(score),
                       adjudicated=sum(g.termination == PLY_LIMIT for g in played))
     return {**totals, "acpl": _mean(losses), "acpl_legal": _mean(legal),
             "illegal_rate": illegal / moves if moves else 0.0, "mate_chances": chances,
@@ -300,11 +350,20 @@ def write_pgn(path: str, played: list[Game], model_name: str, opponent_name: str
 
 def _opponent(args: argparse.Namespace):
     """The opponent the flags ask for (None: self-play); checks them before the model is loaded."""
+    from rookworld.player import ModelPlayer
+
     if args.opponent not in OPPONENTS:
         raise UserError(f"--opponent {args.opponent}: unknown; use one of {', '.join(OPPONENTS)}")
+    if args.opponent_model is not None and args.opponent != "model":
+        raise UserError(f"--opponent-model {args.opponent_model}: names the opponent of --opponent model; add "
+                        "--opponent model or drop it")
     if args.opponent != "stockfish":
         if args.skill is not None or args.depth is not None:
             raise UserError("--skill and --depth set Stockfish; use them with --opponent stockfish")
+        if args.opponent == "model":
+            player = ModelPlayer.load(args.opponent_model, threads=args.threads, seed=args.seed,
+                                      stream="opponent-fallback")
+            return ModelOpponent(player, args.opponent_model or EMBEDDED_NAME)
         return RandomMover(args.seed) if args.opponent == "random" else None
     from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
 
@@ -316,13 +375,14 @@ def _opponent(args: argparse.Namespace):
 
 def _opening_plies(args: argparse.Namespace) -> int:
     """--opening-plies, its default by opponent, and its checks."""
-    self_play = args.opponent == "self"
-    plies = args.opening_plies if args.opening_plies is not None else SELF_OPENING_PLIES if self_play else 0
+    greedy = args.opponent in ("self", "model")  # greedy models on both sides: one start, one game
+    plies = args.opening_plies if args.opening_plies is not None else GREEDY_OPENING_PLIES if greedy else 0
     if plies < 0 or plies >= args.max_plies:
         raise UserError(f"--opening-plies {plies}: must be >= 0 and below --max-plies ({args.max_plies})")
-    if self_play and plies == 0 and args.games > 1:
-        raise UserError(f"--opening-plies 0 with --opponent self and --games {args.games}: greedy self-play from "
-                        "one start is one game repeated; use --games 1 or --opening-plies >= 1")
+    distinct = 1 if args.opponent == "self" else 2  # against a model: one game with each colour
+    if greedy and plies == 0 and args.games > distinct:
+        raise UserError(f"--opening-plies 0 with --opponent {args.opponent} and --games {args.games}: greedy games "
+                        f"from one start repeat; use --games {distinct} or --opening-plies >= 1")
     return plies
 
 
@@ -330,14 +390,27 @@ def _report(name: str, opponent_name: str, results: dict) -> str:
     moves = (f"acpl {results['acpl']:.2f} pawns, illegal rate {results['illegal_rate']:.3f}, mate in one "
              f"{_share(results['mate_in_one'], results['mate_chances'])}, {results['plies']} plies in "
              f"{results['wall_s']:.0f} s")
-    if opponent_name == "self":
+    if results["settings"]["opponent"] == "self":
         return (f"{name} vs itself: {results['games']} games, legal half-moves {results['legal_half_moves']:.1f} ± "
                 f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
                 f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
                 f"{results['at_ply_limit']} at the ply limit; {moves}")
+    opponent_moves = results.get("opponent_moves")
+    opponent_illegal = (f", the opponent's illegal rate {results['opponent_illegal_moves'] / opponent_moves:.3f}"
+                        if opponent_moves else "")
     return (f"{name} vs {opponent_name}: {results['games']} games, +{results['wins']} ={results['draws']} "
             f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
-            f"{results['score_se'] or 0:.3f}, {moves}")
+            f"{results['score_se'] or 0:.3f}, Elo {_elo_text(results['elo'], results['elo_interval'])}, "
+            f"{moves}{opponent_illegal}")
+
+
+def _elo_text(elo: float | None, interval: list[float | None] | None) -> str:
+    def signed(value: float | None, unbounded: str) -> str:
+        return unbounded if value is None else f"{value:+.0f}"
+    text = signed(elo, "unbounded")
+    if interval is not None:
+        text += f" (95%: {signed(interval[0], '-inf')} to {signed(interval[1], '+inf')})"
+    return text
 
 
 def run(args: argparse.Namespace) -> int:
@@ -352,8 +425,8 @@ def run(args: argparse.Namespace) -> int:
     if args.adjudicate < 0:
         raise UserError(f"--adjudicate {args.adjudicate:g}: pawns must be >= 0 (0: games at the ply limit are drawn)")
     started = time.perf_counter()
-    opponent = _opponent(args)
     opening_plies = _opening_plies(args)
+    opponent = _opponent(args)
     opponent_name = "self" if opponent is None else opponent.name
     try:
         player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
@@ -369,14 +442,19 @@ def run(args: argparse.Namespace) -> int:
         if opponent is not None:
             adjudicate(played, pool, args.adjudicate)
         losses = [quality.loss for quality in judge_moves(pool, moves)]
-    model_name = args.model or "rookworld embedded model"
+    model_name = args.model or EMBEDDED_NAME
     engine = opponent if args.opponent == "stockfish" else None
     results = {"settings": {"model": model_name, "opponent": args.opponent, "skill": engine and engine.skill,
-                            "depth": engine and engine.limit.depth, "seed": args.seed, "max_plies": args.max_plies,
+                            "depth": engine and engine.limit.depth,
+                            "opponent_model": opponent.name if isinstance(opponent, ModelOpponent) else None,
+                            "seed": args.seed, "max_plies": args.max_plies,
                             "opening_plies": opening_plies,
                             "adjudicate": None if opponent is None else args.adjudicate,
                             "judge_limit": LABEL_LIMIT.key()},
-               **summary(played, losses), "play_s": play_s, "wall_s": time.perf_counter() - started}
+               **summary(played, losses, paired=opening_plies > 0), "play_s": play_s,
+               "wall_s": time.perf_counter() - started}
+    if isinstance(opponent, ModelOpponent):
+        results.update(opponent_moves=opponent.moves_played, opponent_illegal_moves=opponent.illegal)
     print(_report(model_name, opponent_name, results))
     if args.pgn:
         write_pgn(args.pgn, played, model_name, model_name if opponent is None else opponent.name)

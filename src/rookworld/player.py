@@ -38,22 +38,23 @@ def choose_move(board: chess.Board, completion: str, rng: random.Random) -> Choi
 
 
 class ModelPlayer:
-    """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily; `seed` seeds the fallback."""
+    """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily; the fallback draws from the stream
+    `SEED/STREAM` (a second model in the same games draws from another)."""
 
-    def __init__(self, model, tokenizer, seed: int = 0) -> None:
+    def __init__(self, model, tokenizer, seed: int = 0, stream: str = "fallback") -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.rng = random.Random(f"{seed}/fallback")
+        self.rng = random.Random(f"{seed}/{stream}")
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str | None = None, threads: int | None = None,
-             seed: int = 0) -> ModelPlayer:
+             seed: int = 0, stream: str = "fallback") -> ModelPlayer:
         """The checkpoint (default: the embedded model) on `device` (default: cuda when available, else cpu
         with `threads` torch threads)."""
         from rookworld.hub import load_model, resolve_default_model
         from rookworld.runtime import pick_device
 
         model, tokenizer = load_model(name_or_path or resolve_default_model(), device=pick_device(device, threads))
-        return cls(model, tokenizer, seed)
+        return cls(model, tokenizer, seed, stream)
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """One choice per board (each with a legal move), from one batched greedy generation."""
