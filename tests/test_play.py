@@ -24,6 +24,7 @@ from rookworld.play import (
     adjudicate,
     elo_difference,
     elo_interval,
+    elo_text,
     ended,
     mates_missed,
     play_games,
@@ -170,6 +171,14 @@ def test_the_score_of_games_paired_by_opening_has_its_se_clustered_by_pair():
     assert plain["score_se"] == pytest.approx((0.6875 / 3 / 4) ** 0.5)  # four independent games
     assert paired["score_se"] == pytest.approx(0.125)  # pair totals 1 and 1.5 around 1.25: sqrt(0.125 / 2) / 2
     assert paired["elo_interval"][0] == pytest.approx(elo_difference(0.625 - 1.96 * 0.125))
+    assert elo_text(paired) == "+89 (95%: -85 to +330)"
+    for game in games:  # the model wins every game: no finite difference, nor an upper bound
+        game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, game.model_color)
+    assert elo_text(summary(games, [], paired=True)) == "+inf (95%: +inf to +inf)"
+    assert elo_text(summary(games[:1], [])) == "+inf"  # one game: no interval
+    for game in games:
+        game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, not game.model_color)
+    assert elo_text(summary(games, [], paired=True)) == "-inf (95%: -inf to -inf)"
 
 
 def test_self_play_totals_count_legal_half_moves_and_how_games_stopped():

@@ -395,21 +395,24 @@ def _report(name: str, opponent_name: str, results: dict) -> str:
                 f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
                 f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
                 f"{results['at_ply_limit']} at the ply limit; {moves}")
-    opponent_moves = results.get("opponent_moves")
-    opponent_illegal = (f", the opponent's illegal rate {results['opponent_illegal_moves'] / opponent_moves:.3f}"
-                        if opponent_moves else "")
+    answered = results.get("opponent_moves")  # a model opponent's moves
+    opponent_illegal = (f", the opponent's illegal rate {results['opponent_illegal_moves'] / answered:.3f}"
+                        if answered else "")
     return (f"{name} vs {opponent_name}: {results['games']} games, +{results['wins']} ={results['draws']} "
             f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
-            f"{results['score_se'] or 0:.3f}, Elo {_elo_text(results['elo'], results['elo_interval'])}, "
+            f"{results['score_se'] or 0:.3f}, Elo {elo_text(results)}, "
             f"{moves}{opponent_illegal}")
 
 
-def _elo_text(elo: float | None, interval: list[float | None] | None) -> str:
+def elo_text(results: dict) -> str:
+    """The Elo difference of a `summary` and its interval, as the report line writes them."""
     def signed(value: float | None, unbounded: str) -> str:
         return unbounded if value is None else f"{value:+.0f}"
-    text = signed(elo, "unbounded")
-    if interval is not None:
-        text += f" (95%: {signed(interval[0], '-inf')} to {signed(interval[1], '+inf')})"
+    won, lost = results["score"] == 1, results["score"] == 0  # no finite difference: a bound may be None too
+    text = signed(results["elo"], "+inf" if won else "-inf")
+    if results["elo_interval"] is not None:
+        low, high = results["elo_interval"]
+        text += f" (95%: {signed(low, '+inf' if won else '-inf')} to {signed(high, '-inf' if lost else '+inf')})"
     return text
 
 
