@@ -131,7 +131,7 @@ def test_self_play_stops_at_the_first_illegal_move_after_seeded_random_openings(
     assert player.model.training  # its mode restored
 
 
-def test_a_model_opponent_answers_in_batches_its_illegal_moves_replaced_and_counted(tiny_gpt, one_thread):
+def test_a_model_opponent_has_its_moves_recorded_its_illegal_ones_replaced(tiny_gpt, one_thread):
     tokenizer = Tokenizer.train_chess(["P: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
     model = tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=96)
     player = ModelPlayer(model, tokenizer, seed=3)
@@ -143,8 +143,21 @@ def test_a_model_opponent_answers_in_batches_its_illegal_moves_replaced_and_coun
         opening.open(2, RandomMover(4, f"opening/{game.index // 2}"))
         assert game.board.move_stack[:2] == opening.board.move_stack
         assert len(game.model_moves) == 4 and all(uci is None for _, uci in game.model_moves)
+        assert len(game.opponent_moves) == 4 and all(uci is None for _, uci in game.opponent_moves)  # replaced
+        replay, theirs = chess.Board(), []
+        for ply, move in enumerate(game.board.move_stack):  # the boards the opponent moved on, after the opening
+            if ply >= 2 and replay.turn != game.model_color:
+                theirs.append(replay.fen())
+            replay.push(move)
+        assert [fen for fen, _ in game.opponent_moves] == theirs
     assert played[0].board.move_stack[:2] != played[2].board.move_stack[:2]
-    assert opponent.moves_played == opponent.illegal == 16  # 4 plies of 8 for each side, every move replaced
+    adjudicate(played, None, 0)  # running at the ply limit: drawn
+    totals = summary(played, [10.0] * 16, opponent_losses=[10.0] * 16)  # an illegal move loses the cap
+    assert (totals["opponent_moves"], totals["opponent_illegal_moves"]) == (16, 16)
+    assert totals["opponent_illegal_rate"] == 1.0
+    assert totals["opponent_acpl"] == 10.0 and totals["opponent_acpl_legal"] is None
+    assert all(g["opponent_moves"] == g["opponent_illegal_moves"] == 4 for g in totals["per_game"])
+    assert "opponent_acpl" not in summary(played, [10.0] * 16)  # not judged: no opponent fields
     # the two sides' fallbacks draw from their own streams: the same model, yet not one game mirrors the other
     assert played[0].board.move_stack[2:] != played[1].board.move_stack[2:]
 
@@ -370,9 +383,14 @@ def test_a_match_of_the_embedded_model_against_a_second_copy_of_itself(tmp_path)
     assert results["settings"]["opponent_model"] == model and results["settings"]["opening_plies"] == 4  # default
     games = results["per_game"]
     assert games[0]["moves"][:4] == games[1]["moves"][:4] != games[2]["moves"][:4] == games[3]["moves"][:4]
-    # the opponent moved on the plies after the opening that are not the model's
-    assert results["opponent_moves"] == sum(g["plies"] - 4 - g["model_moves"] for g in games)
-    assert 0 <= results["opponent_illegal_moves"] <= results["opponent_moves"]
+    # the opponent moved on the plies after the opening that are not the model's, judged as the model's moves are
+    assert [g["opponent_moves"] for g in games] == [g["plies"] - 4 - g["model_moves"] for g in games]
+    assert results["opponent_moves"] == sum(g["opponent_moves"] for g in games)
+    assert results["opponent_illegal_moves"] == sum(g["opponent_illegal_moves"] for g in games)
+    assert results["opponent_illegal_rate"] == results["opponent_illegal_moves"] / results["opponent_moves"]
+    assert 0.0 <= results["opponent_acpl_legal"] <= results["opponent_acpl"] <= LOSS_CAP_PAWNS
+    assert results["opponent_acpl"] == pytest.approx(
+        sum(g["opponent_acpl"] * g["opponent_moves"] for g in games) / results["opponent_moves"])
     pairs = [[POINTS[g["model_result"]] for g in games[i:i + 2]] for i in (0, 2)]  # one opening each
     assert results["score_se"] == pytest.approx(estimate(pairs).se)
     default, _ = _play(tmp_path, "default", "--opponent", "model", "--games", "2", "--max-plies", "12", "--seed", "3")

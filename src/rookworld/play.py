@@ -37,6 +37,7 @@ import chess
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import Estimate, estimate
+from rookworld.player import ModelPlayer
 
 OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
@@ -96,43 +97,38 @@ class RandomMover:
         pass
 
 
+@dataclass
 class ModelOpponent:
-    """A second model as the opponent: its greedy `B:` moves, a random legal move where one is illegal or
-    missing (counted in `illegal` of `moves_played`)."""
+    """A second model (a `ModelPlayer`) as the opponent: its greedy `B:` moves, a random legal move where one is
+    illegal or missing; its moves are recorded and judged as the model's are."""
 
-    def __init__(self, player, name: str) -> None:
-        self.player, self.name = player, name
-        self.moves_played = self.illegal = 0
-
-    def moves(self, boards: list[chess.Board]) -> list[chess.Move]:
-        choices = self.player.choose(boards)
-        self.moves_played += len(choices)
-        self.illegal += sum(not choice.own for choice in choices)
-        return [choice.move for choice in choices]
+    player: ModelPlayer
+    name: str
 
     def close(self) -> None:
         pass
 
 
-def opponent_moves(opponent, boards: list[chess.Board]) -> list[chess.Move]:
-    """The opponent's moves on `boards`: a model answers them all in one batched generation, the others one by one."""
-    if isinstance(opponent, ModelOpponent):
-        return opponent.moves(boards)
-    return [opponent.play(board) for board in boards]
-
-
 @dataclass
 class Game:
-    """One game in progress; `model_moves` holds (FEN, UCI or None when illegal or missing) per model move.
-    `model_color` None: the model plays both sides (self-play)."""
+    """One game in progress; `model_moves` holds (FEN, UCI or None when illegal or missing) per model move,
+    `opponent_moves` the same for a model opponent's moves. `model_color` None: the model plays both sides
+    (self-play)."""
 
     index: int
     model_color: chess.Color | None
     board: chess.Board = field(default_factory=chess.Board)
     model_moves: list[tuple[str, str | None]] = field(default_factory=list)
+    opponent_moves: list[tuple[str, str | None]] = field(default_factory=list)
     outcome: chess.Outcome | None = None
     termination: str | None = None
     final_eval: float | None = None  # pawns, the model's view: Stockfish's eval of a position at the ply limit
+
+    def move(self, choice, record: list[tuple[str, str | None]]) -> None:
+        """Plays a model's `choice` (player.Choice) and appends it to `record`: the position and the model's own
+        move, None where the fallback replaced it."""
+        record.append((self.board.fen(), choice.move.uci() if choice.own else None))
+        self.push(choice.move)
 
     def model_to_move(self) -> bool:
         return self.model_color is None or self.board.turn == self.model_color
@@ -206,13 +202,17 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
         model_turn = [g for g in running if g.model_to_move()]
         opponent_turn = [g for g in running if not g.model_to_move()]
         for game, choice in zip(model_turn, player.choose([g.board for g in model_turn])):
-            game.model_moves.append((game.board.fen(), choice.move.uci() if choice.own else None))
             if choice.own or opponent is not None:
-                game.push(choice.move)
+                game.move(choice, game.model_moves)
             else:
+                game.model_moves.append((game.board.fen(), None))
                 game.forfeit()
-        for game, move in zip(opponent_turn, opponent_moves(opponent, [g.board for g in opponent_turn])):
-            game.push(move)
+        if isinstance(opponent, ModelOpponent):  # one batched generation, as the model's
+            for game, choice in zip(opponent_turn, opponent.player.choose([g.board for g in opponent_turn])):
+                game.move(choice, game.opponent_moves)
+        else:
+            for game in opponent_turn:
+                game.push(opponent.play(game.board))
         if progress is not None:
             progress.update(ply, {"running": sum(g.outcome is None for g in played)})
     if opponent is None:  # self-play has no side to adjudicate for: a game at the limit stays unfinished
@@ -286,15 +286,34 @@ def _result(game: Game) -> str:
     return "*" if game.outcome is None else game.outcome.result()
 
 
-def summary(played: list[Game], losses: list[float], paired: bool = False) -> dict:
-    """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order.
-    Games against an opponent are scored in points, the SE clustered by pairs of games when `paired` (games 2k
-    and 2k + 1 share an opening); self-play games (all or none) by their legal half-moves."""
+def _by_game(moves: list[list[tuple[str, str | None]]], losses: list[float]) -> list[list[float]]:
+    """`losses`, judged game by game in order, cut into each game's share of `moves`."""
+    cut, at = [], 0
+    for game_moves in moves:
+        cut.append(losses[at:at + len(game_moves)])
+        at += len(game_moves)
+    return cut
+
+
+def move_quality(moves: list[tuple[str, str | None]], losses: list[float]) -> dict:
+    """The moves' (FEN, UCI or None: illegal or missing) mean loss in pawns, over the legal ones, and the illegal
+    count and share, from their `losses` (an illegal move's is the cap)."""
+    illegal = sum(uci is None for _, uci in moves)
+    legal = [loss for (_, uci), loss in zip(moves, losses) if uci is not None]
+    return {"acpl": _mean(losses), "acpl_legal": _mean(legal), "illegal_rate": illegal / len(moves) if moves else 0.0,
+            "illegal_moves": illegal}
+
+
+def summary(played: list[Game], losses: list[float], paired: bool = False,
+            opponent_losses: list[float] | None = None) -> dict:
+    """Totals and per-game results; `losses` are the model's move losses in pawns, game by game in order, and
+    `opponent_losses` a model opponent's (None: not judged). Games against an opponent are scored in points, the
+    SE clustered by pairs of games when `paired` (games 2k and 2k + 1 share an opening); self-play games (all or
+    none) by their legal half-moves."""
     self_play = any(game.model_color is None for game in played)
-    per_game, at = [], 0
-    for game in played:
-        mine = losses[at:at + len(game.model_moves)]
-        at += len(mine)
+    theirs = None if opponent_losses is None else _by_game([g.opponent_moves for g in played], opponent_losses)
+    per_game = []
+    for i, (game, mine) in enumerate(zip(played, _by_game([g.model_moves for g in played], losses))):
         chances, missed = mates_missed(game)
         record = {"index": game.index, "model_color": _color(game), "result": _result(game),
                   "termination": game.termination, "plies": game.board.ply(), "model_moves": len(mine),
@@ -304,10 +323,11 @@ def summary(played: list[Game], losses: list[float], paired: bool = False) -> di
             record["legal_half_moves"] = game.legal_half_moves()
         else:
             record.update(model_result=game.model_result, final_eval=game.final_eval)
+        if theirs is not None:
+            record.update(opponent_moves=len(theirs[i]), opponent_acpl=_mean(theirs[i]),
+                          opponent_illegal_moves=sum(uci is None for _, uci in game.opponent_moves))
         per_game.append({**record, "moves": [move.uci() for move in game.board.move_stack]})
-    moves = sum(g["model_moves"] for g in per_game)
-    illegal = sum(g["illegal_moves"] for g in per_game)
-    legal = [loss for (_, uci), loss in zip((m for g in played for m in g.model_moves), losses) if uci is not None]
+    model_moves = [move for game in played for move in game.model_moves]
     chances = sum(g["mate_chances"] for g in per_game)
     totals = {"games": len(played)}
     if self_play:
@@ -324,11 +344,13 @@ def summary(played: list[Game], losses: list[float], paired: bool = False) -> di
         totals.update(wins=counts["win"], draws=counts["draw"], losses=counts["loss"], score=score.mean,
                       score_se=_se(score), elo=elo_difference(score.mean), elo_interval=elo_interval(score),
                       adjudicated=sum(g.termination == PLY_LIMIT for g in played))
-    return {**totals, "acpl": _mean(losses), "acpl_legal": _mean(legal),
-            "illegal_rate": illegal / moves if moves else 0.0, "mate_chances": chances,
+    if opponent_losses is not None:
+        opponent_moves = [move for game in played for move in game.opponent_moves]
+        totals.update(opponent_moves=len(opponent_moves),
+                      **{f"opponent_{k}": v for k, v in move_quality(opponent_moves, opponent_losses).items()})
+    return {**totals, **move_quality(model_moves, losses), "mate_chances": chances,
             "mate_in_one": 1.0 - sum(g["mates_missed"] for g in per_game) / chances if chances else None,
-            "plies": sum(g["plies"] for g in per_game), "model_moves": moves, "illegal_moves": illegal,
-            "per_game": per_game}
+            "plies": sum(g["plies"] for g in per_game), "model_moves": len(model_moves), "per_game": per_game}
 
 
 def _share(rate: float | None, n: int) -> str:
@@ -350,8 +372,6 @@ def write_pgn(path: str, played: list[Game], model_name: str, opponent_name: str
 
 def _opponent(args: argparse.Namespace):
     """The opponent the flags ask for (None: self-play); checks them before the model is loaded."""
-    from rookworld.player import ModelPlayer
-
     if args.opponent not in OPPONENTS:
         raise UserError(f"--opponent {args.opponent}: unknown; use one of {', '.join(OPPONENTS)}")
     if args.opponent_model is not None and args.opponent != "model":
@@ -395,13 +415,12 @@ def _report(name: str, opponent_name: str, results: dict) -> str:
                 f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
                 f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
                 f"{results['at_ply_limit']} at the ply limit; {moves}")
-    answered = results.get("opponent_moves")  # a model opponent's moves
-    opponent_illegal = (f", the opponent's illegal rate {results['opponent_illegal_moves'] / answered:.3f}"
-                        if answered else "")
+    opponent_moves = (f"; the opponent's acpl {results['opponent_acpl']:.2f} pawns, illegal rate "
+                      f"{results['opponent_illegal_rate']:.3f}" if results.get("opponent_acpl") is not None else "")
     return (f"{name} vs {opponent_name}: {results['games']} games, +{results['wins']} ={results['draws']} "
             f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
             f"{results['score_se'] or 0:.3f}, Elo {elo_text(results)}, "
-            f"{moves}{opponent_illegal}")
+            f"{moves}{opponent_moves}")
 
 
 def elo_text(results: dict) -> str:
@@ -418,7 +437,6 @@ def elo_text(results: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from rookworld.log import Progress
-    from rookworld.player import ModelPlayer
     from rookworld.quality import judge_moves
     from rookworld.stockfish import LABEL_LIMIT, StockfishPool
 
@@ -440,11 +458,12 @@ def run(args: argparse.Namespace) -> int:
             opponent.close()
     play_s = time.perf_counter() - started
     moves = [move for game in played for move in game.model_moves]
-    print(f"judging the model's {len(moves)} moves with Stockfish at {LABEL_LIMIT.key()}", flush=True)
+    theirs = [move for game in played for move in game.opponent_moves]  # a model opponent's
+    print(f"judging the {len(moves) + len(theirs)} model moves with Stockfish at {LABEL_LIMIT.key()}", flush=True)
     with StockfishPool(processes=args.threads) as pool:
         if opponent is not None:
             adjudicate(played, pool, args.adjudicate)
-        losses = [quality.loss for quality in judge_moves(pool, moves)]
+        losses = [quality.loss for quality in judge_moves(pool, moves + theirs)]
     model_name = args.model or EMBEDDED_NAME
     engine = opponent if args.opponent == "stockfish" else None
     results = {"settings": {"model": model_name, "opponent": args.opponent, "skill": engine and engine.skill,
@@ -454,10 +473,9 @@ def run(args: argparse.Namespace) -> int:
                             "opening_plies": opening_plies,
                             "adjudicate": None if opponent is None else args.adjudicate,
                             "judge_limit": LABEL_LIMIT.key()},
-               **summary(played, losses, paired=opening_plies > 0), "play_s": play_s,
-               "wall_s": time.perf_counter() - started}
-    if isinstance(opponent, ModelOpponent):
-        results.update(opponent_moves=opponent.moves_played, opponent_illegal_moves=opponent.illegal)
+               **summary(played, losses[:len(moves)], opening_plies > 0,
+                         losses[len(moves):] if isinstance(opponent, ModelOpponent) else None),
+               "play_s": play_s, "wall_s": time.perf_counter() - started}
     print(_report(model_name, opponent_name, results))
     if args.pgn:
         write_pgn(args.pgn, played, model_name, model_name if opponent is None else opponent.name)
