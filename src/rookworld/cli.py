@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "average": ("rookworld.average", "the mean of several checkpoints' weights (runs of one starting model: a soup)"),
     "sweep": ("rookworld.sweep", "hyperparameter search over train runs (Optuna; resumable, several machines)"),
     "inspect": ("rookworld.inspect_step", "one GRPO step told in full: completions, rewards, loss parts"),
-    "play": ("rookworld.play", "games of a model against a random mover, Stockfish or itself: score, ACPL, JSON + PGN"),
+    "play": ("rookworld.play", "games against random, Stockfish, itself or a model: score, Elo, ACPL, JSON + PGN"),
     "uci": ("rookworld.uci", "the model as a UCI engine on stdin/stdout, for chess GUIs and engine matches"),
 }
 

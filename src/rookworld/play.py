@@ -315,17 +315,19 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
     per_game = []
     for i, (game, mine) in enumerate(zip(played, _by_game([g.model_moves for g in played], losses))):
         chances, missed = mates_missed(game)
+        quality = move_quality(game.model_moves, mine)
         record = {"index": game.index, "model_color": _color(game), "result": _result(game),
                   "termination": game.termination, "plies": game.board.ply(), "model_moves": len(mine),
-                  "illegal_moves": sum(uci is None for _, uci in game.model_moves), "acpl": _mean(mine),
+                  "illegal_moves": quality["illegal_moves"], "acpl": quality["acpl"],
                   "mate_chances": chances, "mates_missed": missed}
         if self_play:
             record["legal_half_moves"] = game.legal_half_moves()
         else:
             record.update(model_result=game.model_result, final_eval=game.final_eval)
         if theirs is not None:
-            record.update(opponent_moves=len(theirs[i]), opponent_acpl=_mean(theirs[i]),
-                          opponent_illegal_moves=sum(uci is None for _, uci in game.opponent_moves))
+            quality = move_quality(game.opponent_moves, theirs[i])
+            record.update(opponent_moves=len(theirs[i]), opponent_acpl=quality["acpl"],
+                          opponent_illegal_moves=quality["illegal_moves"])
         per_game.append({**record, "moves": [move.uci() for move in game.board.move_stack]})
     model_moves = [move for game in played for move in game.model_moves]
     chances = sum(g["mate_chances"] for g in per_game)
