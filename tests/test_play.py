@@ -30,7 +30,7 @@ from rookworld.play import (
     play_games,
     summary,
 )
-from rookworld.player import ModelPlayer, choose_move
+from rookworld.player import ModelPlayer, best_listed, choose_move, repeats
 from rookworld.quality import LOSS_CAP_PAWNS
 from rookworld.tokenizer import Tokenizer
 
@@ -48,6 +48,55 @@ def test_choose_move_takes_a_legal_best_move_and_replaces_any_other():
         assert choose_move(board, completion, random.Random(7)).move == first.move  # seeded
     moves = {choose_move(board, "", random.Random(seed)).move for seed in range(40)}
     assert len(moves) > 5  # drawn among the legal moves, not one fixed move
+
+
+def _knights_out_and_back() -> chess.Board:
+    """White's knight out and back, black's knight out: black's f6g8 would bring back the starting position."""
+    board = chess.Board()
+    for uci in ("g1f3", "g8f6", "f3g1"):
+        board.push_uci(uci)
+    return board
+
+
+def test_repeats_names_a_move_that_brings_back_an_earlier_position():
+    board = _knights_out_and_back()
+    assert repeats(board, chess.Move.from_uci("f6g8"))  # the starting position again (castling rights unchanged)
+    assert not repeats(board, chess.Move.from_uci("e7e5"))
+    assert len(board.move_stack) == 3  # the board is left as it was
+    assert not repeats(chess.Board(), chess.Move.from_uci("g1f3"))
+
+
+def test_best_listed_takes_the_highest_eval_among_legal_kept_candidates():
+    from rookworld.text import parse_p_completion
+
+    board = chess.Board()
+    parsed = parse_p_completion("M: e2e5 g1f3 d2d4 b1c3 a2a3 E: 0.9 0.1 0.3 0.3")  # a2a3 has no eval
+    assert best_listed(board, parsed) == chess.Move.from_uci("d2d4")  # e2e5 is illegal; d2d4 ties b1c3, earlier
+    assert best_listed(board, parsed, keep=lambda m: m.uci() != "d2d4") == chess.Move.from_uci("b1c3")
+    only_unrated = lambda m: m.uci() == "a2a3"  # noqa: E731
+    assert best_listed(board, parsed, keep=only_unrated) == chess.Move.from_uci("a2a3")
+    assert best_listed(board, parsed, keep=lambda m: False) is None
+    assert best_listed(board, parse_p_completion("garbage")) is None
+
+
+@pytest.mark.parametrize("completion, threshold, played, avoided", [
+    # rated ahead (best eval 1.5 >= 1): the repeating B: is set aside for the best-rated candidate that does not repeat
+    ("M: f6g8 e7e5 d7d5 E: 1.5 0.9 1.2 B: f6g8", 1.0, "d7d5", "f6g8"),
+    ("M: f6g8 e7e5 d7d5 E: 1.5 0.9 1.2 B: f6g8", -3.0, "d7d5", "f6g8"),
+    ("M: f6g8 e7e5 d7d5 E: 1.5 0.9 1.2 B: f6g8", 2.0, "f6g8", None),  # not ahead enough: the draw may be taken
+    ("M: f6g8 e7e5 d7d5 E: 1.5 0.9 1.2 B: f6g8", None, "f6g8", None),  # off
+    ("M: f6g8 e7e5 E: -0.5 -0.9 B: f6g8", 0.0, "f6g8", None),  # rated behind
+    ("M: f6g8 e7e9 E: 1.5 0.9 B: f6g8", 1.0, "f6g8", None),  # no legal candidate avoids it
+    ("M: f6g8 e7e5 B: f6g8", 1.0, "f6g8", None),  # no evals: no rating
+    ("M: f6g8 e7e5 d7d5 E: 1.5 0.9 1.2 B: e7e5", 1.0, "e7e5", None),  # B: does not repeat
+])
+def test_choose_move_avoids_a_repetition_when_the_model_rates_itself_ahead(completion, threshold, played, avoided):
+    board = _knights_out_and_back()
+    choice = choose_move(board, completion, random.Random(0), threshold)
+    assert choice.own and choice.move == chess.Move.from_uci(played) and choice.completion == completion
+    assert choice.avoided == (None if avoided is None else chess.Move.from_uci(avoided))
+    illegal = choose_move(board, "M: e7e5 E: 2.0 B: e7e4", random.Random(0), 1.0)
+    assert not illegal.own and illegal.avoided is None  # the random fallback is not the rule's
 
 
 def test_ended_claims_threefold_and_fifty_moves_and_follows_the_rules():
@@ -306,7 +355,7 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     _check_pgn(pgn, results, "random")
     assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
                                    "depth": None, "opponent_model": None, "seed": 5, "max_plies": 8, "opening_plies": 0,
-                                   "adjudicate": 5.0, "judge_limit": "depth=10"}
+                                   "adjudicate": 5.0, "avoid_repetition": None, "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
     for timing in ("play_s", "wall_s"):
@@ -396,6 +445,30 @@ def test_a_match_of_the_embedded_model_against_a_second_copy_of_itself(tmp_path)
     default, _ = _play(tmp_path, "default", "--opponent", "model", "--games", "2", "--max-plies", "12", "--seed", "3")
     assert default["settings"]["opponent_model"] == "rookworld embedded model"
     assert [g["moves"] for g in default["per_game"]] == [g["moves"] for g in games[:2]]  # the same model
+
+
+@pytest.mark.stockfish
+def test_the_model_avoids_repetitions_only_where_it_would_repeat(tmp_path):
+    flags = ["--opponent", "model", "--games", "4", "--max-plies", "24", "--seed", "0"]
+    plain, _ = _play(tmp_path, "plain", *flags)
+    results, pgn = _play(tmp_path, "avoid", *flags, "--avoid-repetition", "-10")  # whatever its evals say
+    _check_consistent(results, 24)
+    _check_pgn(pgn, results, "rookworld embedded model")
+    assert results["settings"]["avoid_repetition"] == -10 and plain["settings"]["avoid_repetition"] is None
+    games = results["per_game"]
+    assert results["repetitions_avoided"] == sum(g["repetitions_avoided"] for g in games) > 0
+    assert plain["repetitions_avoided"] == 0
+    for game, before in zip(games, plain["per_game"]):
+        if game["repetitions_avoided"] == 0:  # the same games move for move until the rule acts
+            assert game["moves"] == before["moves"]
+            continue
+        ply = next(i for i, (a, b) in enumerate(zip(game["moves"], before["moves"])) if a != b)
+        board = chess.Board()
+        for uci in before["moves"][:ply]:
+            board.push_uci(uci)
+        assert board.turn == (game["model_color"] == "white")  # the first difference is the model's move,
+        assert repeats(board, chess.Move.from_uci(before["moves"][ply]))  # which repeated a position before
+        assert not repeats(board, chess.Move.from_uci(game["moves"][ply]))  # and does not now
 
 
 @pytest.mark.parametrize("flags, named", [

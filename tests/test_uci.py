@@ -10,7 +10,7 @@ import chess
 import chess.engine
 import pytest
 
-from rookworld.player import Choice, ModelPlayer
+from rookworld.player import Choice, ModelPlayer, repeats
 from rookworld.uci import fallback, parse_position, serve
 
 START = chess.Board()
@@ -25,6 +25,9 @@ def test_fallback_prefers_the_model_then_its_own_list_then_a_legal_move():
     garbage = Choice(chess.Move.from_uci("h2h3"), False, "nonsense")
     move, note = fallback(START, garbage)
     assert move == garbage.move and "no B: move" in note and "random legal move h2h3" in note
+    avoiding = Choice(chess.Move.from_uci("d2d4"), True, listed, avoided=chess.Move.from_uci("g1f3"))
+    move, note = fallback(START, avoiding)
+    assert move == avoiding.move and note.startswith("B: g1f3 repeats a position; played d2d4")
 
 
 def test_position_commands():
@@ -53,8 +56,28 @@ def test_serve_answers_every_command_with_the_embedded_model():
     assert lines[-1] == "bestmove 0000"  # white is mated there; and nothing is answered after quit
 
 
+# the third game of a match of the embedded model against itself (`rookworld play --opponent model --seed 0`):
+# white's greedy b4c3 would bring back the position after the 17th ply
+REPEATING = "b2b3 d7d5 c1b2 b8a6 e2e4 g8f6 f1c4 d5c4 d2d4 c4c3 b2c3 a6c5 c3b2 c5e6 g1f3 e6d4 b2c3 d4f5 c3b4 f5d4"
+
+
+def test_the_engine_avoids_a_repetition_of_the_game_the_gui_sent():
+    commands = f"position startpos moves {REPEATING}\ngo\nquit\n"
+    answers = {}
+    for threshold in (None, -10.0):
+        out = io.StringIO()
+        serve(ModelPlayer.load(threads=1, avoid_repetition=threshold), "test", io.StringIO(commands), out)
+        answers[threshold] = out.getvalue().splitlines()
+    assert answers[None] == ["bestmove b4c3"]  # the model's own move: a repetition
+    board = parse_position(["startpos", "moves", *REPEATING.split()])
+    note, best = answers[-10.0]
+    assert note.startswith("info string B: b4c3 repeats a position; played ")
+    move = chess.Move.from_uci(best.split()[1])
+    assert move != chess.Move.from_uci("b4c3") and move in board.legal_moves and not repeats(board, move)
+
+
 def test_python_chess_plays_a_short_game_against_it():
-    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1"]
+    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1", "--avoid-repetition", "1"]
     engine = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
     try:
         assert engine.id["name"] == "rookworld (embedded model)"

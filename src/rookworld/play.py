@@ -1,4 +1,5 @@
-"""`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N] [--out F]`
+"""`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
+[--avoid-repetition PAWNS] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -19,6 +20,8 @@ draw every game). The model's moves are then judged by Stockfish at the same lim
 `acpl` is their mean loss in pawns, an illegal or missing move counting as the cap. `mate_in_one` is
 the share of the model's turns with a mate in one (`mate_chances`) where its own move mated: the depth-10
 loss cannot see a missed mate when the other move keeps a won position (both evals clip to 10 pawns).
+With --avoid-repetition the model (not a model opponent) sets aside a `B:` move that repeats a position
+when it rates itself ahead (player.py); `repetitions_avoided` counts those moves.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import chess
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import Estimate, estimate
-from rookworld.player import ModelPlayer
+from rookworld.player import ModelPlayer, add_repetition_argument
 
 OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
@@ -76,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: 0; with --opponent self or model, {GREEDY_OPENING_PLIES})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random mover, the openings and the model's fallback moves (default: 0)")
+    add_repetition_argument(parser)
     parser.add_argument("--pgn", help="write the games to this PGN file")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--threads", type=int, default=None,
@@ -123,6 +127,7 @@ class Game:
     outcome: chess.Outcome | None = None
     termination: str | None = None
     final_eval: float | None = None  # pawns, the model's view: Stockfish's eval of a position at the ply limit
+    repetitions_avoided: int = 0  # the model's `B:` moves set aside for repeating a position
 
     def move(self, choice, record: list[tuple[str, str | None]]) -> None:
         """Plays a model's `choice` (player.Choice) and appends it to `record`: the position and the model's own
@@ -202,6 +207,7 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
         model_turn = [g for g in running if g.model_to_move()]
         opponent_turn = [g for g in running if not g.model_to_move()]
         for game, choice in zip(model_turn, player.choose([g.board for g in model_turn])):
+            game.repetitions_avoided += choice.avoided is not None
             if choice.own or opponent is not None:
                 game.move(choice, game.model_moves)
             else:
@@ -319,7 +325,7 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
         record = {"index": game.index, "model_color": _color(game), "result": _result(game),
                   "termination": game.termination, "plies": game.board.ply(), "model_moves": len(mine),
                   "illegal_moves": quality["illegal_moves"], "acpl": quality["acpl"],
-                  "mate_chances": chances, "mates_missed": missed}
+                  "mate_chances": chances, "mates_missed": missed, "repetitions_avoided": game.repetitions_avoided}
         if self_play:
             record["legal_half_moves"] = game.legal_half_moves()
         else:
@@ -352,6 +358,7 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
                       **{f"opponent_{k}": v for k, v in move_quality(opponent_moves, opponent_losses).items()})
     return {**totals, **move_quality(model_moves, losses), "mate_chances": chances,
             "mate_in_one": 1.0 - sum(g["mates_missed"] for g in per_game) / chances if chances else None,
+            "repetitions_avoided": sum(g["repetitions_avoided"] for g in per_game),
             "plies": sum(g["plies"] for g in per_game), "model_moves": len(model_moves), "per_game": per_game}
 
 
@@ -409,8 +416,10 @@ def _opening_plies(args: argparse.Namespace) -> int:
 
 
 def _report(name: str, opponent_name: str, results: dict) -> str:
+    avoided = ("" if results["settings"]["avoid_repetition"] is None
+               else f"{results['repetitions_avoided']} repetitions avoided, ")
     moves = (f"acpl {results['acpl']:.2f} pawns, illegal rate {results['illegal_rate']:.3f}, mate in one "
-             f"{_share(results['mate_in_one'], results['mate_chances'])}, {results['plies']} plies in "
+             f"{_share(results['mate_in_one'], results['mate_chances'])}, {avoided}{results['plies']} plies in "
              f"{results['wall_s']:.0f} s")
     if results["settings"]["opponent"] == "self":
         return (f"{name} vs itself: {results['games']} games, legal half-moves {results['legal_half_moves']:.1f} ± "
@@ -452,7 +461,8 @@ def run(args: argparse.Namespace) -> int:
     opponent = _opponent(args)
     opponent_name = "self" if opponent is None else opponent.name
     try:
-        player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
+        player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
+                                  avoid_repetition=args.avoid_repetition)
         with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
             played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed)
     finally:
@@ -474,6 +484,7 @@ def run(args: argparse.Namespace) -> int:
                             "seed": args.seed, "max_plies": args.max_plies,
                             "opening_plies": opening_plies,
                             "adjudicate": None if opponent is None else args.adjudicate,
+                            "avoid_repetition": args.avoid_repetition,
                             "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses[:len(moves)], opening_plies > 0,
                          losses[len(moves):] if isinstance(opponent, ModelOpponent) else None),

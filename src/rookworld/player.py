@@ -1,5 +1,10 @@
 """The model as a chess player: for a position, its greedy `B:` move, or a random legal move when that
-move is illegal or missing. Used by `rookworld play`; meant to serve a UCI engine as well.
+move is illegal or missing. Used by `rookworld play` and `rookworld uci`.
+
+The prompt holds no history, so the model cannot know that a move repeats an earlier position; the
+player can. With `avoid_repetition` (pawns) a player that rates the position at least that well (its
+highest `E:` eval) plays, instead of a `B:` move that repeats a position, the best-rated legal `M:`
+candidate that does not: repetition is a draw, which a side ahead should not take (engines' contempt).
 
 The prompt is `P: <FEN>` encoded as training and evaluation encode it (after an EOS token); the
 completion limit is `rookworld sample`'s default, which fits the model's context.
@@ -7,6 +12,7 @@ completion limit is `rookworld sample`'s default, which fits the model's context
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,46 +21,85 @@ from pathlib import Path
 import chess
 
 from rookworld.arbiter import legal_move
-from rookworld.text import p_prompt, parse_p_completion
+from rookworld.text import ParsedP, p_prompt, parse_p_completion
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The move played, whether it is the model's own legal `B:` move (False: the random fallback
-    replaced it) and the model's raw completion."""
+    """The move played, whether it is the model's own (its legal `B:` move or, avoiding a repetition, one of its
+    `M:` candidates; False: the random fallback replaced an illegal or missing `B:`), the model's raw completion,
+    and the `B:` move set aside for repeating a position (None: none was)."""
 
     move: chess.Move
     own: bool
     completion: str
+    avoided: chess.Move | None = None
 
 
-def choose_move(board: chess.Board, completion: str, rng: random.Random) -> Choice:
+def repeats(board: chess.Board, move: chess.Move) -> bool:
+    """Whether `move` leads to a position that has stood on `board` before (python-chess's notion of the same
+    position: pieces, side to move, castling and en passant rights)."""
+    board.push(move)
+    try:
+        return board.is_repetition(2)
+    finally:
+        board.pop()
+
+
+def best_listed(board: chess.Board, parsed: ParsedP, keep=lambda move: True) -> chess.Move | None:
+    """The legal `M:` candidate with the highest `E:` eval among those `keep` accepts (the earlier on ties; one
+    without an eval ranks last); None when none is."""
+    listed = [(parsed.evals[i] if i < len(parsed.evals) else float("-inf"), i, move)
+              for i, uci in enumerate(parsed.moves) if (move := legal_move(board, uci)) is not None and keep(move)]
+    return max(listed, key=lambda item: (item[0], -item[1]))[2] if listed else None
+
+
+def choose_move(board: chess.Board, completion: str, rng: random.Random,
+                avoid_repetition: float | None = None) -> Choice:
     """The completion's `B:` move when it is legal on `board`, else a uniformly random legal move
-    drawn from `rng`. `board` must have a legal move."""
-    move = legal_move(board, parse_p_completion(completion).best)
-    if move is not None:
-        return Choice(move, True, completion)
-    return Choice(rng.choice(list(board.legal_moves)), False, completion)
+    drawn from `rng`. With `avoid_repetition` (pawns), a `B:` move that repeats a position is replaced by the
+    best-rated legal `M:` candidate that does not, when the completion's highest `E:` eval is at least that
+    (a side that is not ahead may take the draw). `board` must have a legal move."""
+    parsed = parse_p_completion(completion)
+    move = legal_move(board, parsed.best)
+    if move is None:
+        return Choice(rng.choice(list(board.legal_moves)), False, completion)
+    if (avoid_repetition is not None and parsed.evals and max(parsed.evals) >= avoid_repetition
+            and repeats(board, move)):
+        other = best_listed(board, parsed, keep=lambda candidate: not repeats(board, candidate))
+        if other is not None:
+            return Choice(other, True, completion, avoided=move)
+    return Choice(move, True, completion)
+
+
+def add_repetition_argument(parser: argparse.ArgumentParser) -> None:
+    """`--avoid-repetition PAWNS`, shared by `rookworld play` and `rookworld uci`."""
+    parser.add_argument("--avoid-repetition", type=float, default=None, metavar="PAWNS",
+                        help="when the model's highest E: eval is at least PAWNS, it does not play a B: move that "
+                             "repeats an earlier position if one of its legal M: candidates avoids it (the "
+                             "best-rated such candidate is played instead; default: off, always B:)")
 
 
 class ModelPlayer:
     """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily; the fallback draws from the stream
-    `SEED/STREAM` (a second model in the same games draws from another)."""
+    `SEED/STREAM` (a second model in the same games draws from another); `avoid_repetition` as in `choose_move`."""
 
-    def __init__(self, model, tokenizer, seed: int = 0, stream: str = "fallback") -> None:
+    def __init__(self, model, tokenizer, seed: int = 0, stream: str = "fallback",
+                 avoid_repetition: float | None = None) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.rng = random.Random(f"{seed}/{stream}")
+        self.avoid_repetition = avoid_repetition
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str | None = None, threads: int | None = None,
-             seed: int = 0, stream: str = "fallback") -> ModelPlayer:
+             seed: int = 0, stream: str = "fallback", avoid_repetition: float | None = None) -> ModelPlayer:
         """The checkpoint (default: the embedded model) on `device` (default: cuda when available, else cpu
         with `threads` torch threads)."""
         from rookworld.hub import load_model, resolve_default_model
         from rookworld.runtime import pick_device
 
         model, tokenizer = load_model(name_or_path or resolve_default_model(), device=pick_device(device, threads))
-        return cls(model, tokenizer, seed, stream)
+        return cls(model, tokenizer, seed, stream, avoid_repetition)
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """One choice per board (each with a legal move), from one batched greedy generation."""
@@ -68,4 +113,5 @@ class ModelPlayer:
         settings = [SamplingSettings(max_new_tokens=min(DEFAULT_MAX_NEW_TOKENS, context - len(p))) for p in ids]
         generation = generate_groups(self.model, ids, 1, settings, eos_id=self.tokenizer.eos_id, greedy=True)
         completions = self.tokenizer.decode_batch(generation.completions())
-        return [choose_move(board, completion, self.rng) for board, completion in zip(boards, completions)]
+        return [choose_move(board, completion, self.rng, self.avoid_repetition)
+                for board, completion in zip(boards, completions)]

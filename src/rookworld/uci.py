@@ -1,10 +1,13 @@
-"""`rookworld uci [--model M] [--threads K] [--seed S]`: the model as a UCI engine on stdin/stdout.
+"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS]`: the model as a UCI
+engine on stdin/stdout.
 
 Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` (whatever its
 limits) the model answers with its greedy `B:` move (`player.ModelPlayer`). When that move is illegal
 or missing, the engine plays the legal move its own `M:`/`E:` list rates best, else a random legal
 move (seeded), and says which in an `info string`. Searches are not interruptible: `stop` has nothing
-to stop, since `go` answers at once.
+to stop, since `go` answers at once. With --avoid-repetition the engine, when its own best `E:` eval is at
+least that many pawns, does not repeat an earlier position of the game the GUI sent (`position ...
+moves ...`) if one of its `M:` candidates avoids it (player.py), and says so too.
 """
 
 from __future__ import annotations
@@ -15,8 +18,7 @@ from typing import TextIO
 
 import chess
 
-from rookworld.arbiter import legal_move
-from rookworld.player import Choice, ModelPlayer
+from rookworld.player import Choice, ModelPlayer, add_repetition_argument, best_listed
 from rookworld.text import parse_p_completion
 
 ENGINE_NAME = "rookworld"
@@ -27,19 +29,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: every core; 1 when the GUI runs other engines)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random fallback move (default: 0)")
+    add_repetition_argument(parser)
 
 
 def fallback(board: chess.Board, choice: Choice) -> tuple[chess.Move, str | None]:
-    """The move to play for a choice and what to say about it: the model's own `B:` move (nothing to say),
-    else the legal move of its `M:` list with the highest `E:` eval, else the choice's random legal move."""
+    """The move to play for a choice and what to say about it: the model's own `B:` move (nothing to say), or the
+    candidate that replaced it to avoid a repetition, else the legal move of its `M:` list with the highest `E:`
+    eval, else the choice's random legal move."""
+    if choice.avoided is not None:
+        return choice.move, (f"B: {choice.avoided.uci()} repeats a position; played {choice.move.uci()}, the best "
+                             "move of the model's M:/E: list that does not")
     if choice.own:
         return choice.move, None
     parsed = parse_p_completion(choice.completion)
     said = f"B: {parsed.best!r} is not a legal move" if parsed.best else "no B: move"
-    listed = [(parsed.evals[i] if i < len(parsed.evals) else float("-inf"), i, move)
-              for i, uci in enumerate(parsed.moves) if (move := legal_move(board, uci)) is not None]
-    if listed:
-        move = max(listed, key=lambda item: (item[0], -item[1]))[2]  # best eval; the earlier on ties
+    move = best_listed(board, parsed)
+    if move is not None:
         return move, f"{said}; played {move.uci()}, the best legal move of the model's M:/E: list"
     return choice.move, f"{said} and no M: move is legal; played the random legal move {choice.move.uci()}"
 
@@ -105,6 +110,7 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed)
+    player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
+                              avoid_repetition=args.avoid_repetition)
     serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
     return 0
