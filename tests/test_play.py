@@ -355,7 +355,8 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     _check_pgn(pgn, results, "random")
     assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
                                    "depth": None, "opponent_model": None, "seed": 5, "max_plies": 8, "opening_plies": 0,
-                                   "adjudicate": 5.0, "avoid_repetition": None, "judge_limit": "depth=10"}
+                                   "adjudicate": 5.0, "avoid_repetition": None,
+                                   "opponent_avoid_repetition": None, "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
     for timing in ("play_s", "wall_s"):
@@ -447,33 +448,52 @@ def test_a_match_of_the_embedded_model_against_a_second_copy_of_itself(tmp_path)
     assert [g["moves"] for g in default["per_game"]] == [g["moves"] for g in games[:2]]  # the same model
 
 
+def _first_difference(moves: list[str], before: list[str]) -> tuple[chess.Board, str, str]:
+    """The board where two games' moves first differ, and each game's move there."""
+    ply = next(i for i, (a, b) in enumerate(zip(moves, before)) if a != b)
+    board = chess.Board()
+    for uci in before[:ply]:
+        board.push_uci(uci)
+    return board, moves[ply], before[ply]
+
+
 @pytest.mark.stockfish
-def test_the_model_avoids_repetitions_only_where_it_would_repeat(tmp_path):
+def test_the_models_avoid_repetitions_only_where_they_would_repeat(tmp_path, capsys):
     flags = ["--opponent", "model", "--games", "4", "--max-plies", "24", "--seed", "0"]
     plain, _ = _play(tmp_path, "plain", *flags)
     results, pgn = _play(tmp_path, "avoid", *flags, "--avoid-repetition", "-10")  # whatever its evals say
-    _check_consistent(results, 24)
+    assert "repetitions avoided" in capsys.readouterr().out
+    both, _ = _play(tmp_path, "both", *flags, "--avoid-repetition", "-10", "--opponent-avoid-repetition", "-10")
+    for run in (results, both):
+        _check_consistent(run, 24)
     _check_pgn(pgn, results, "rookworld embedded model")
-    assert results["settings"]["avoid_repetition"] == -10 and plain["settings"]["avoid_repetition"] is None
-    games = results["per_game"]
-    assert results["repetitions_avoided"] == sum(g["repetitions_avoided"] for g in games) > 0
-    assert plain["repetitions_avoided"] == 0
-    for game, before in zip(games, plain["per_game"]):
-        if game["repetitions_avoided"] == 0:  # the same games move for move until the rule acts
-            assert game["moves"] == before["moves"]
-            continue
-        ply = next(i for i, (a, b) in enumerate(zip(game["moves"], before["moves"])) if a != b)
-        board = chess.Board()
-        for uci in before["moves"][:ply]:
-            board.push_uci(uci)
-        assert board.turn == (game["model_color"] == "white")  # the first difference is the model's move,
-        assert repeats(board, chess.Move.from_uci(before["moves"][ply]))  # which repeated a position before
-        assert not repeats(board, chess.Move.from_uci(game["moves"][ply]))  # and does not now
+    assert [(r["settings"]["avoid_repetition"], r["settings"]["opponent_avoid_repetition"])
+            for r in (plain, results, both)] == [(None, None), (-10, None), (-10, -10)]
+    for run in (plain, results, both):
+        for side in ("repetitions_avoided", "opponent_repetitions_avoided"):
+            assert run[side] == sum(g[side] for g in run["per_game"])
+    assert plain["repetitions_avoided"] == plain["opponent_repetitions_avoided"] == 0
+    assert results["repetitions_avoided"] > 0 == results["opponent_repetitions_avoided"]
+    assert both["opponent_repetitions_avoided"] > 0
+    # each run plays the one before it move for move until its new rule acts: there, a move that repeated a
+    # position is replaced by one that does not, played by the side the rule is for
+    for run, before, side in ((results, plain, "model"), (both, results, "opponent")):
+        for game, earlier in zip(run["per_game"], before["per_game"]):
+            if game["moves"] == earlier["moves"]:
+                continue
+            board, move, replaced = _first_difference(game["moves"], earlier["moves"])
+            assert (board.turn == (game["model_color"] == "white")) == (side == "model")
+            assert repeats(board, chess.Move.from_uci(replaced)) and not repeats(board, chess.Move.from_uci(move))
+        changed = [g["moves"] != e["moves"] for g, e in zip(run["per_game"], before["per_game"])]
+        counted = "repetitions_avoided" if side == "model" else "opponent_repetitions_avoided"
+        assert changed == [g[counted] > 0 for g in run["per_game"]]
 
 
 @pytest.mark.parametrize("flags, named", [
     (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish, self, model"),
     (["--opponent", "random", "--opponent-model", "m"], "--opponent-model m: names the opponent of --opponent model"),
+    (["--opponent", "self", "--opponent-avoid-repetition", "1"],
+     "--opponent-avoid-repetition 1: sets the opponent of --opponent model"),
     (["--opponent", "model", "--skill", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
     (["--opponent", "model", "--opening-plies", "0"], "--opening-plies 0 with --opponent model and --games 10:"),
     (["--opponent", "self", "--depth", "3"], "--skill and --depth set Stockfish; use them with --opponent"),

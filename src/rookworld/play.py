@@ -1,5 +1,5 @@
 """`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
-[--avoid-repetition PAWNS] [--out F]`
+[--avoid-repetition PAWNS] [--opponent-avoid-repetition PAWNS] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -20,8 +20,9 @@ draw every game). The model's moves are then judged by Stockfish at the same lim
 `acpl` is their mean loss in pawns, an illegal or missing move counting as the cap. `mate_in_one` is
 the share of the model's turns with a mate in one (`mate_chances`) where its own move mated: the depth-10
 loss cannot see a missed mate when the other move keeps a won position (both evals clip to 10 pawns).
-With --avoid-repetition the model (not a model opponent) sets aside a `B:` move that repeats a position
-when it rates itself ahead (player.py); `repetitions_avoided` counts those moves.
+With --avoid-repetition the model sets aside a `B:` move that repeats a position when it rates itself
+ahead (player.py), and with --opponent-avoid-repetition a model opponent does; `repetitions_avoided` and
+`opponent_repetitions_avoided` count those moves.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random mover, the openings and the model's fallback moves (default: 0)")
     add_repetition_argument(parser)
+    parser.add_argument("--opponent-avoid-repetition", type=float, default=None, metavar="PAWNS",
+                        help="--avoid-repetition for the opponent of --opponent model (default: off)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--threads", type=int, default=None,
@@ -128,6 +131,7 @@ class Game:
     termination: str | None = None
     final_eval: float | None = None  # pawns, the model's view: Stockfish's eval of a position at the ply limit
     repetitions_avoided: int = 0  # the model's `B:` moves set aside for repeating a position
+    opponent_repetitions_avoided: int = 0  # a model opponent's
 
     def move(self, choice, record: list[tuple[str, str | None]]) -> None:
         """Plays a model's `choice` (player.Choice) and appends it to `record`: the position and the model's own
@@ -215,6 +219,7 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
                 game.forfeit()
         if isinstance(opponent, ModelOpponent):  # one batched generation, as the model's
             for game, choice in zip(opponent_turn, opponent.player.choose([g.board for g in opponent_turn])):
+                game.opponent_repetitions_avoided += choice.avoided is not None
                 game.move(choice, game.opponent_moves)
         else:
             for game in opponent_turn:
@@ -333,7 +338,8 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
         if theirs is not None:
             quality = move_quality(game.opponent_moves, theirs[i])
             record.update(opponent_moves=len(theirs[i]), opponent_acpl=quality["acpl"],
-                          opponent_illegal_moves=quality["illegal_moves"])
+                          opponent_illegal_moves=quality["illegal_moves"],
+                          opponent_repetitions_avoided=game.opponent_repetitions_avoided)
         per_game.append({**record, "moves": [move.uci() for move in game.board.move_stack]})
     model_moves = [move for game in played for move in game.model_moves]
     chances = sum(g["mate_chances"] for g in per_game)
@@ -355,7 +361,8 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
     if opponent_losses is not None:
         opponent_moves = [move for game in played for move in game.opponent_moves]
         totals.update(opponent_moves=len(opponent_moves),
-                      **{f"opponent_{k}": v for k, v in move_quality(opponent_moves, opponent_losses).items()})
+                      **{f"opponent_{k}": v for k, v in move_quality(opponent_moves, opponent_losses).items()},
+                      opponent_repetitions_avoided=sum(g.opponent_repetitions_avoided for g in played))
     return {**totals, **move_quality(model_moves, losses), "mate_chances": chances,
             "mate_in_one": 1.0 - sum(g["mates_missed"] for g in per_game) / chances if chances else None,
             "repetitions_avoided": sum(g["repetitions_avoided"] for g in per_game),
@@ -386,12 +393,15 @@ def _opponent(args: argparse.Namespace):
     if args.opponent_model is not None and args.opponent != "model":
         raise UserError(f"--opponent-model {args.opponent_model}: names the opponent of --opponent model; add "
                         "--opponent model or drop it")
+    if args.opponent_avoid_repetition is not None and args.opponent != "model":
+        raise UserError(f"--opponent-avoid-repetition {args.opponent_avoid_repetition:g}: sets the opponent of "
+                        "--opponent model; add --opponent model or drop it")
     if args.opponent != "stockfish":
         if args.skill is not None or args.depth is not None:
             raise UserError("--skill and --depth set Stockfish; use them with --opponent stockfish")
         if args.opponent == "model":
             player = ModelPlayer.load(args.opponent_model, threads=args.threads, seed=args.seed,
-                                      stream="opponent-fallback")
+                                      stream="opponent-fallback", avoid_repetition=args.opponent_avoid_repetition)
             return ModelOpponent(player, args.opponent_model or EMBEDDED_NAME)
         return RandomMover(args.seed) if args.opponent == "random" else None
     from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
@@ -415,19 +425,25 @@ def _opening_plies(args: argparse.Namespace) -> int:
     return plies
 
 
+def _avoided(pawns: float | None, count: int) -> str:
+    return "" if pawns is None else f", {count} repetitions avoided"
+
+
 def _report(name: str, opponent_name: str, results: dict) -> str:
-    avoided = ("" if results["settings"]["avoid_repetition"] is None
-               else f"{results['repetitions_avoided']} repetitions avoided, ")
+    settings = results["settings"]
     moves = (f"acpl {results['acpl']:.2f} pawns, illegal rate {results['illegal_rate']:.3f}, mate in one "
-             f"{_share(results['mate_in_one'], results['mate_chances'])}, {avoided}{results['plies']} plies in "
+             f"{_share(results['mate_in_one'], results['mate_chances'])}"
+             f"{_avoided(settings['avoid_repetition'], results['repetitions_avoided'])}, {results['plies']} plies in "
              f"{results['wall_s']:.0f} s")
-    if results["settings"]["opponent"] == "self":
+    if settings["opponent"] == "self":
         return (f"{name} vs itself: {results['games']} games, legal half-moves {results['legal_half_moves']:.1f} ± "
                 f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
                 f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
                 f"{results['at_ply_limit']} at the ply limit; {moves}")
     opponent_moves = (f"; the opponent's acpl {results['opponent_acpl']:.2f} pawns, illegal rate "
-                      f"{results['opponent_illegal_rate']:.3f}" if results.get("opponent_acpl") is not None else "")
+                      f"{results['opponent_illegal_rate']:.3f}"
+                      f"{_avoided(settings['opponent_avoid_repetition'], results['opponent_repetitions_avoided'])}"
+                      if results.get("opponent_acpl") is not None else "")
     return (f"{name} vs {opponent_name}: {results['games']} games, +{results['wins']} ={results['draws']} "
             f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
             f"{results['score_se'] or 0:.3f}, Elo {elo_text(results)}, "
@@ -485,6 +501,7 @@ def run(args: argparse.Namespace) -> int:
                             "opening_plies": opening_plies,
                             "adjudicate": None if opponent is None else args.adjudicate,
                             "avoid_repetition": args.avoid_repetition,
+                            "opponent_avoid_repetition": args.opponent_avoid_repetition,
                             "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses[:len(moves)], opening_plies > 0,
                          losses[len(moves):] if isinstance(opponent, ModelOpponent) else None),
