@@ -10,6 +10,7 @@ import chess
 import chess.pgn
 import pytest
 
+from rookworld.arbiter import legal_move
 from rookworld.cli import main
 from rookworld.evaluate import EvalConfig, self_play_values
 from rookworld.metrics import estimate
@@ -32,6 +33,7 @@ from rookworld.play import (
 )
 from rookworld.player import ModelPlayer, best_listed, choose_move, repeats
 from rookworld.quality import LOSS_CAP_PAWNS
+from rookworld.text import parse_p_completion
 from rookworld.tokenizer import Tokenizer
 
 COMPLETION = "{pad}M: g1f3 e2e4      E: 0.3 0.2                B: {best}"
@@ -48,6 +50,10 @@ def test_choose_move_takes_a_legal_best_move_and_replaces_any_other():
         assert choose_move(board, completion, random.Random(7)).move == first.move  # seeded
     moves = {choose_move(board, "", random.Random(seed)).move for seed in range(40)}
     assert len(moves) > 5  # drawn among the legal moves, not one fixed move
+    # the listed fallback: the best-rated legal M: candidate (e2e4 beats the illegal e2e5 and g1f3), else random
+    listed = choose_move(board, "M: g1f3 e2e5 e2e4 E: 0.1 0.9 0.3 B: e2e5", random.Random(7), fallback="listed")
+    assert not listed.own and listed.move == chess.Move.from_uci("e2e4")
+    assert choose_move(board, "garbage", random.Random(7), fallback="listed").move == first.move
 
 
 def _knights_out_and_back() -> chess.Board:
@@ -67,8 +73,6 @@ def test_repeats_names_a_move_that_brings_back_an_earlier_position():
 
 
 def test_best_listed_takes_the_highest_eval_among_legal_kept_candidates():
-    from rookworld.text import parse_p_completion
-
     board = chess.Board()
     parsed = parse_p_completion("M: e2e5 g1f3 d2d4 b1c3 a2a3 E: 0.9 0.1 0.3 0.3")  # a2a3 has no eval
     assert best_listed(board, parsed) == chess.Move.from_uci("d2d4")  # e2e5 is illegal; d2d4 ties b1c3, earlier
@@ -355,7 +359,8 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     _check_pgn(pgn, results, "random")
     assert results["settings"] == {"model": "rookworld embedded model", "opponent": "random", "skill": None,
                                    "depth": None, "opponent_model": None, "seed": 5, "max_plies": 8, "opening_plies": 0,
-                                   "adjudicate": 5.0, "avoid_repetition": None,
+                                   "adjudicate": 5.0, "fallback": "random",
+                                   "avoid_repetition": None, "opponent_fallback": None,
                                    "opponent_avoid_repetition": None, "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
@@ -490,11 +495,31 @@ def test_the_models_avoid_repetitions_only_where_they_would_repeat(tmp_path, cap
         assert all(g["moves"] != e["moves"] for g, e in zip(run["per_game"], before["per_game"]) if g[counted])
 
 
+@pytest.mark.stockfish
+def test_the_listed_fallback_plays_the_models_best_rated_legal_candidate(tmp_path):
+    flags = ["--opponent", "model", "--games", "4", "--max-plies", "40", "--seed", "0"]
+    plain, _ = _play(tmp_path, "plain", *flags)
+    listed, pgn = _play(tmp_path, "listed", *flags, "--fallback", "listed", "--opponent-fallback", "listed")
+    _check_consistent(listed, 40)
+    _check_pgn(pgn, listed, "rookworld embedded model")
+    assert (listed["settings"]["fallback"], listed["settings"]["opponent_fallback"]) == ("listed", "listed")
+    assert (plain["settings"]["fallback"], plain["settings"]["opponent_fallback"]) == ("random", "random")
+    assert listed["illegal_moves"] + listed["opponent_illegal_moves"] > 0  # still counted as illegal
+    # the games part first where a side's B: move is illegal: there the listed run plays the candidate its own
+    # evals rate best, the plain run a random legal move
+    game, board, move, replaced = _first_difference(listed, plain)
+    parsed = parse_p_completion(ModelPlayer.load(threads=1).choose([board])[0].completion)
+    assert legal_move(board, parsed.best) is None
+    assert best_listed(board, parsed) == chess.Move.from_uci(move) != chess.Move.from_uci(replaced)
+
+
 @pytest.mark.parametrize("flags, named", [
     (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish, self, model"),
     (["--opponent", "random", "--opponent-model", "m"], "--opponent-model m: names the opponent of --opponent model"),
     (["--opponent", "self", "--opponent-avoid-repetition", "1"],
      "--opponent-avoid-repetition 1: sets the opponent of --opponent model"),
+    (["--opponent", "random", "--opponent-fallback", "listed"], "--opponent-fallback listed: sets the opponent of"),
+    (["--opponent", "self", "--fallback", "listed"], "--fallback listed: self-play stops at the model's first illegal"),
     (["--opponent", "model", "--skill", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
     (["--opponent", "model", "--opening-plies", "0"], "--opening-plies 0 with --opponent model and --games 10:"),
     (["--opponent", "self", "--depth", "3"], "--skill and --depth set Stockfish; use them with --opponent"),

@@ -10,24 +10,29 @@ import chess
 import chess.engine
 import pytest
 
-from rookworld.player import Choice, ModelPlayer, repeats
-from rookworld.uci import fallback, parse_position, serve
+from rookworld.player import Choice, ModelPlayer, choose_move, repeats
+from rookworld.uci import describe, parse_position, serve
 
 START = chess.Board()
 
 
-def test_fallback_prefers_the_model_then_its_own_list_then_a_legal_move():
-    own = Choice(chess.Move.from_uci("e2e4"), True, "M: e2e4 d2d4 E: 0.3 0.2 B: e2e4")
-    assert fallback(START, own) == (own.move, None)
+def test_the_engine_plays_the_model_then_its_own_list_then_a_legal_move_and_says_which():
+    rng = random.Random(0)
+    own = choose_move(START, "M: e2e4 d2d4 E: 0.3 0.2 B: e2e4", rng, fallback="listed")
+    assert own.move == chess.Move.from_uci("e2e4") and describe(START, own) is None
     listed = "M: e2e5 g1f3 d2d4 b1c3 E: 0.9 0.1 0.3 0.3 B: e2e5"  # e2e5 is illegal; d2d4 ties b1c3 and comes first
-    move, note = fallback(START, Choice(chess.Move.from_uci("a2a3"), False, listed))
-    assert move == chess.Move.from_uci("d2d4") and "'e2e5' is not a legal move" in note and "M:/E:" in note
-    garbage = Choice(chess.Move.from_uci("h2h3"), False, "nonsense")
-    move, note = fallback(START, garbage)
-    assert move == garbage.move and "no B: move" in note and "random legal move h2h3" in note
+    replaced = choose_move(START, listed, rng, fallback="listed")
+    assert not replaced.own and replaced.move == chess.Move.from_uci("d2d4")
+    note = describe(START, replaced)
+    assert "'e2e5' is not a legal move" in note and "played d2d4, the best legal move of the model's M:/E:" in note
+    garbage = choose_move(START, "nonsense", rng, fallback="listed")
+    assert not garbage.own and garbage.move in START.legal_moves
+    note = describe(START, garbage)
+    assert "no B: move and no M: move is legal" in note and f"random legal move {garbage.move.uci()}" in note
+    randomly = Choice(chess.Move.from_uci("a2a3"), False, listed)  # what a random-fallback player plays
+    assert describe(START, randomly).endswith("'e2e5' is not a legal move; played the random legal move a2a3")
     avoiding = Choice(chess.Move.from_uci("d2d4"), True, listed, avoided=chess.Move.from_uci("g1f3"))
-    move, note = fallback(START, avoiding)
-    assert move == avoiding.move and note.startswith("B: g1f3 repeats a position; played d2d4")
+    assert describe(START, avoiding).startswith("B: g1f3 repeats a position; played d2d4")
 
 
 def test_position_commands():
@@ -42,7 +47,7 @@ def test_position_commands():
 
 
 def test_serve_answers_every_command_with_the_embedded_model():
-    player = ModelPlayer.load(threads=1)
+    player = ModelPlayer.load(threads=1, fallback="listed")
     commands = ["uci", "isready", "setoption name Hash value 16", "ucinewgame", "position startpos moves e2e4",
                 "go wtime 1000 btime 1000", "position nonsense", "stop",
                 "position fen 6k1/5ppp/8/8/8/8/5PPP/3r2K1 w - - 0 30", "go depth 5", "quit", "isready"]
@@ -66,7 +71,8 @@ def test_the_engine_avoids_a_repetition_of_the_game_the_gui_sent():
     answers = {}
     for threshold in (None, -10.0):
         out = io.StringIO()
-        serve(ModelPlayer.load(threads=1, avoid_repetition=threshold), "test", io.StringIO(commands), out)
+        player = ModelPlayer.load(threads=1, avoid_repetition=threshold, fallback="listed")
+        serve(player, "test", io.StringIO(commands), out)
         answers[threshold] = out.getvalue().splitlines()
     assert answers[None] == ["bestmove b4c3"]  # the model's own move: a repetition
     board = parse_position(["startpos", "moves", *REPEATING.split()])

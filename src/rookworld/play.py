@@ -1,5 +1,6 @@
 """`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
-[--avoid-repetition PAWNS] [--opponent-avoid-repetition PAWNS] [--out F]`
+[--fallback random|listed] [--avoid-repetition PAWNS] [--opponent-fallback ...] [--opponent-avoid-repetition ...]
+[--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -20,6 +21,8 @@ draw every game). The model's moves are then judged by Stockfish at the same lim
 `acpl` is their mean loss in pawns, an illegal or missing move counting as the cap. `mate_in_one` is
 the share of the model's turns with a mate in one (`mate_chances`) where its own move mated: the depth-10
 loss cannot see a missed mate when the other move keeps a won position (both evals clip to 10 pawns).
+With --fallback listed an illegal or missing `B:` move is replaced by the model's own best-rated legal
+`M:` candidate instead (as `rookworld uci` plays; still counted as illegal and judged at the cap).
 With --avoid-repetition the model sets aside a `B:` move that repeats a position when it rates itself
 ahead (player.py), and with --opponent-avoid-repetition a model opponent does; `repetitions_avoided` and
 `opponent_repetitions_avoided` count those moves.
@@ -41,7 +44,7 @@ import chess
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import Estimate, estimate
-from rookworld.player import ModelPlayer, add_repetition_argument
+from rookworld.player import FALLBACKS, ModelPlayer, add_repetition_argument
 
 OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
@@ -80,7 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default: 0; with --opponent self or model, {GREEDY_OPENING_PLIES})")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random mover, the openings and the model's fallback moves (default: 0)")
+    parser.add_argument("--fallback", choices=FALLBACKS, default="random",
+                        help="what replaces the model's illegal or missing B: move: a random legal move, or listed: "
+                             "its legal M: candidate with the highest E: eval, as rookworld uci plays (a random "
+                             "one when none is legal); counted as illegal either way (default: random)")
     add_repetition_argument(parser)
+    parser.add_argument("--opponent-fallback", choices=FALLBACKS, default=None,
+                        help="--fallback for the opponent of --opponent model (default: random)")
     parser.add_argument("--opponent-avoid-repetition", type=float, default=None, metavar="PAWNS",
                         help="--avoid-repetition for the opponent of --opponent model (default: off)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
@@ -393,15 +402,21 @@ def _opponent(args: argparse.Namespace):
     if args.opponent_model is not None and args.opponent != "model":
         raise UserError(f"--opponent-model {args.opponent_model}: names the opponent of --opponent model; add "
                         "--opponent model or drop it")
-    if args.opponent_avoid_repetition is not None and args.opponent != "model":
-        raise UserError(f"--opponent-avoid-repetition {args.opponent_avoid_repetition:g}: sets the opponent of "
-                        "--opponent model; add --opponent model or drop it")
+    for flag, value in (("--opponent-avoid-repetition", args.opponent_avoid_repetition),
+                        ("--opponent-fallback", args.opponent_fallback)):
+        if value is not None and args.opponent != "model":
+            shown = f"{value:g}" if isinstance(value, float) else value
+            raise UserError(f"{flag} {shown}: sets the opponent of --opponent model; add --opponent model or drop it")
+    if args.fallback != "random" and args.opponent == "self":
+        raise UserError(f"--fallback {args.fallback}: self-play stops at the model's first illegal move, so nothing "
+                        "replaces it; drop the flag")
     if args.opponent != "stockfish":
         if args.skill is not None or args.depth is not None:
             raise UserError("--skill and --depth set Stockfish; use them with --opponent stockfish")
         if args.opponent == "model":
             player = ModelPlayer.load(args.opponent_model, threads=args.threads, seed=args.seed,
-                                      stream="opponent-fallback", avoid_repetition=args.opponent_avoid_repetition)
+                                      stream="opponent-fallback", avoid_repetition=args.opponent_avoid_repetition,
+                                      fallback=args.opponent_fallback or "random")
             return ModelOpponent(player, args.opponent_model or EMBEDDED_NAME)
         return RandomMover(args.seed) if args.opponent == "random" else None
     from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
@@ -478,7 +493,7 @@ def run(args: argparse.Namespace) -> int:
     opponent_name = "self" if opponent is None else opponent.name
     try:
         player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
-                                  avoid_repetition=args.avoid_repetition)
+                                  avoid_repetition=args.avoid_repetition, fallback=args.fallback)
         with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
             played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed)
     finally:
@@ -500,7 +515,9 @@ def run(args: argparse.Namespace) -> int:
                             "seed": args.seed, "max_plies": args.max_plies,
                             "opening_plies": opening_plies,
                             "adjudicate": None if opponent is None else args.adjudicate,
-                            "avoid_repetition": args.avoid_repetition,
+                            "fallback": args.fallback, "avoid_repetition": args.avoid_repetition,
+                            "opponent_fallback": (args.opponent_fallback or "random") if args.opponent == "model"
+                            else None,
                             "opponent_avoid_repetition": args.opponent_avoid_repetition,
                             "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses[:len(moves)], opening_plies > 0,

@@ -1,5 +1,6 @@
-"""The model as a chess player: for a position, its greedy `B:` move, or a random legal move when that
-move is illegal or missing. Used by `rookworld play` and `rookworld uci`.
+"""The model as a chess player: for a position, its greedy `B:` move; when that move is illegal or
+missing, a random legal move, or with the `listed` fallback the legal `M:` candidate its own `E:` evals
+rate best (a random one when none is legal). Used by `rookworld play` and `rookworld uci` (`listed`).
 
 The prompt holds no history, so the model cannot know that a move repeats an earlier position; the
 player can. With `avoid_repetition` (pawns) a player that rates the position at least that well (its
@@ -23,12 +24,14 @@ import chess
 from rookworld.arbiter import legal_move
 from rookworld.text import ParsedP, p_prompt, parse_p_completion
 
+FALLBACKS = ("random", "listed")
+
 
 @dataclass(frozen=True)
 class Choice:
     """The move played, whether it is the model's own (its legal `B:` move or, avoiding a repetition, one of its
-    `M:` candidates; False: the random fallback replaced an illegal or missing `B:`), the model's raw completion,
-    and the `B:` move set aside for repeating a position (None: none was)."""
+    `M:` candidates; False: the fallback replaced an illegal or missing `B:`), the model's raw completion, and the
+    `B:` move set aside for repeating a position (None: none was)."""
 
     move: chess.Move
     own: bool
@@ -55,15 +58,17 @@ def best_listed(board: chess.Board, parsed: ParsedP, keep=lambda move: True) -> 
 
 
 def choose_move(board: chess.Board, completion: str, rng: random.Random,
-                avoid_repetition: float | None = None) -> Choice:
-    """The completion's `B:` move when it is legal on `board`, else a uniformly random legal move
-    drawn from `rng`. With `avoid_repetition` (pawns), a `B:` move that repeats a position is replaced by the
-    best-rated legal `M:` candidate that does not, when the completion's highest `E:` eval is at least that
-    (a side that is not ahead may take the draw). `board` must have a legal move."""
+                avoid_repetition: float | None = None, fallback: str = "random") -> Choice:
+    """The completion's `B:` move when it is legal on `board`, else the fallback: a uniformly random legal move
+    drawn from `rng`, or (`listed`) the best-rated legal `M:` candidate when there is one. With `avoid_repetition`
+    (pawns), a `B:` move that repeats a position is replaced by the best-rated legal `M:` candidate that does not,
+    when the completion's highest `E:` eval is at least that (a side that is not ahead may take the draw).
+    `board` must have a legal move."""
     parsed = parse_p_completion(completion)
     move = legal_move(board, parsed.best)
     if move is None:
-        return Choice(rng.choice(list(board.legal_moves)), False, completion)
+        listed = best_listed(board, parsed) if fallback == "listed" else None
+        return Choice(listed or rng.choice(list(board.legal_moves)), False, completion)
     if (avoid_repetition is not None and parsed.evals and max(parsed.evals) >= avoid_repetition
             and repeats(board, move)):
         other = best_listed(board, parsed, keep=lambda candidate: not repeats(board, candidate))
@@ -81,25 +86,29 @@ def add_repetition_argument(parser: argparse.ArgumentParser) -> None:
 
 
 class ModelPlayer:
-    """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily; the fallback draws from the stream
-    `SEED/STREAM` (a second model in the same games draws from another); `avoid_repetition` as in `choose_move`."""
+    """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily; random fallback moves draw from the
+    stream `SEED/STREAM` (a second model in the same games draws from another); `avoid_repetition` and `fallback`
+    as in `choose_move`."""
 
     def __init__(self, model, tokenizer, seed: int = 0, stream: str = "fallback",
-                 avoid_repetition: float | None = None) -> None:
+                 avoid_repetition: float | None = None, fallback: str = "random") -> None:
+        if fallback not in FALLBACKS:
+            raise ValueError(f"fallback {fallback!r}: use one of {', '.join(FALLBACKS)}")
         self.model, self.tokenizer = model, tokenizer
         self.rng = random.Random(f"{seed}/{stream}")
-        self.avoid_repetition = avoid_repetition
+        self.avoid_repetition, self.fallback = avoid_repetition, fallback
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str | None = None, threads: int | None = None,
-             seed: int = 0, stream: str = "fallback", avoid_repetition: float | None = None) -> ModelPlayer:
+             seed: int = 0, stream: str = "fallback", avoid_repetition: float | None = None,
+             fallback: str = "random") -> ModelPlayer:
         """The checkpoint (default: the embedded model) on `device` (default: cuda when available, else cpu
         with `threads` torch threads)."""
         from rookworld.hub import load_model, resolve_default_model
         from rookworld.runtime import pick_device
 
         model, tokenizer = load_model(name_or_path or resolve_default_model(), device=pick_device(device, threads))
-        return cls(model, tokenizer, seed, stream, avoid_repetition)
+        return cls(model, tokenizer, seed, stream, avoid_repetition, fallback)
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
         """One choice per board (each with a legal move), from one batched greedy generation."""
@@ -113,5 +122,5 @@ class ModelPlayer:
         settings = [SamplingSettings(max_new_tokens=min(DEFAULT_MAX_NEW_TOKENS, context - len(p))) for p in ids]
         generation = generate_groups(self.model, ids, 1, settings, eos_id=self.tokenizer.eos_id, greedy=True)
         completions = self.tokenizer.decode_batch(generation.completions())
-        return [choose_move(board, completion, self.rng, self.avoid_repetition)
+        return [choose_move(board, completion, self.rng, self.avoid_repetition, self.fallback)
                 for board, completion in zip(boards, completions)]

@@ -32,21 +32,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_repetition_argument(parser)
 
 
-def fallback(board: chess.Board, choice: Choice) -> tuple[chess.Move, str | None]:
-    """The move to play for a choice and what to say about it: the model's own `B:` move (nothing to say), or the
-    candidate that replaced it to avoid a repetition, else the legal move of its `M:` list with the highest `E:`
-    eval, else the choice's random legal move."""
+def describe(board: chess.Board, choice: Choice) -> str | None:
+    """What to say in an `info string` about a choice: nothing for the model's own `B:` move; else the candidate
+    that replaced it to avoid a repetition, or what replaced an illegal or missing one: the best legal move of its
+    `M:`/`E:` list (the engine's fallback) or a random legal move."""
     if choice.avoided is not None:
-        return choice.move, (f"B: {choice.avoided.uci()} repeats a position; played {choice.move.uci()}, the best "
-                             "move of the model's M:/E: list that does not")
+        return (f"B: {choice.avoided.uci()} repeats a position; played {choice.move.uci()}, the best move of the "
+                "model's M:/E: list that does not")
     if choice.own:
-        return choice.move, None
+        return None
     parsed = parse_p_completion(choice.completion)
     said = f"B: {parsed.best!r} is not a legal move" if parsed.best else "no B: move"
-    move = best_listed(board, parsed)
-    if move is not None:
-        return move, f"{said}; played {move.uci()}, the best legal move of the model's M:/E: list"
-    return choice.move, f"{said} and no M: move is legal; played the random legal move {choice.move.uci()}"
+    listed = best_listed(board, parsed)
+    if listed == choice.move:
+        return f"{said}; played {listed.uci()}, the best legal move of the model's M:/E: list"
+    none = " and no M: move is legal" if listed is None else ""
+    return f"{said}{none}; played the random legal move {choice.move.uci()}"
 
 
 def parse_position(tokens: list[str]) -> chess.Board:
@@ -71,7 +72,8 @@ def parse_position(tokens: list[str]) -> chess.Board:
 
 
 def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None:
-    """Answer UCI commands from `stdin` until `quit` or end of input."""
+    """Answer UCI commands from `stdin` until `quit` or end of input (`player`: the engine's has the listed
+    fallback)."""
 
     def say(line: str) -> None:
         stdout.write(line + "\n")
@@ -100,10 +102,11 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
             if not any(board.legal_moves):
                 say("bestmove 0000")  # mate or stalemate: UCI's null move
                 continue
-            move, note = fallback(board, player.choose([board])[0])
+            choice = player.choose([board])[0]
+            note = describe(board, choice)
             if note:
                 say(f"info string {note}")
-            say(f"bestmove {move.uci()}")
+            say(f"bestmove {choice.move.uci()}")
         elif command == "quit":
             return
         # `stop`, `setoption`, `debug`, `register`, `ponderhit` and unknown commands: nothing to do (UCI: ignore)
@@ -111,6 +114,6 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
 
 def run(args: argparse.Namespace) -> int:
     player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
-                              avoid_repetition=args.avoid_repetition)
+                              avoid_repetition=args.avoid_repetition, fallback="listed")
     serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
     return 0
