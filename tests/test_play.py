@@ -54,6 +54,8 @@ def test_choose_move_takes_a_legal_best_move_and_replaces_any_other():
     listed = choose_move(board, "M: g1f3 e2e5 e2e4 E: 0.1 0.9 0.3 B: e2e5", random.Random(7), fallback="listed")
     assert not listed.own and listed.move == chess.Move.from_uci("e2e4")
     assert choose_move(board, "garbage", random.Random(7), fallback="listed").move == first.move
+    with pytest.raises(ValueError, match="fallback 'engine': use one of random, listed"):
+        ModelPlayer(None, None, fallback="engine")
 
 
 def _knights_out_and_back() -> chess.Board:
