@@ -516,7 +516,7 @@ def run(args: argparse.Namespace) -> int:
                             "opening_plies": opening_plies,
                             "adjudicate": None if opponent is None else args.adjudicate,
                             "fallback": args.fallback, "avoid_repetition": args.avoid_repetition,
-                            "opponent_fallback": (args.opponent_fallback or "random") if args.opponent == "model"
+                            "opponent_fallback": opponent.player.fallback if isinstance(opponent, ModelOpponent)
                             else None,
                             "opponent_avoid_repetition": args.opponent_avoid_repetition,
                             "judge_limit": LABEL_LIMIT.key()},
