@@ -83,6 +83,25 @@ def test_best_of_k_takes_each_prompts_smallest_loss(engine, sample, blunder_loss
 
 
 @pytest.mark.stockfish
+def test_the_vote_takes_the_completion_naming_the_most_frequent_legal_move(engine, sample, blunder_loss):
+    # prompt 1: the blunder twice beats the best move once and the illegal move three times (not counted);
+    # prompt 2: a tie of the best move and the blunder goes to the move named first; prompt 3: nothing legal
+    groups = [[completion("e1e3"), completion("a1a8"), completion("a1a2"), completion("e1e3"), completion("a1a2"),
+               completion("e1e3")],
+              [completion(None), completion("a1a8"), completion("a1a2"), completion("a1a2"), completion("a1a8"),
+               completion("e1e3")],
+              [completion("e1e3"), completion(None), completion("e1e3"), completion(None), completion("e1e3"),
+               completion("e1e3")]]
+    result = evaluate_completions([sample] * 3, groups, engine, limit=FAST)
+    assert result["P/acpl@vote"] == pytest.approx((blunder_loss + 0.0 + LOSS_CAP_PAWNS) / 3)
+    assert result["P/best_move_acc@vote"] == pytest.approx(1 / 3) and result["P/best_move_legal@vote"] == 2 / 3
+    assert result["P/acpl@vote/n"] == 3 and result["P/expected_score_loss@vote/n"] == 3
+    assert result["P/acpl@6"] == pytest.approx(LOSS_CAP_PAWNS / 3)  # best of 6 beside it: the oracle's pick
+    single = evaluate_completions([sample], [[completion("a1a8")]], engine, limit=FAST)
+    assert "P/acpl@vote" not in single  # one completion: nothing to vote on
+
+
+@pytest.mark.stockfish
 def test_positions_in_check_get_their_own_acpl_legality_and_accuracy(engine, sample):
     # White in check from an unguarded rook: Kxe2 is best, Kd1 and Kf1 are the only other legal moves.
     check = "4k3/8/8/8/8/8/4r3/4K3 w - - 0 1"

@@ -31,9 +31,9 @@ from rookworld.play import (
     play_games,
     summary,
 )
-from rookworld.player import ModelPlayer, best_listed, choose_move, repeats
+from rookworld.player import ModelPlayer, best_listed, choose_move, repeats, vote
 from rookworld.quality import LOSS_CAP_PAWNS
-from rookworld.text import parse_p_completion
+from rookworld.text import p_prompt, parse_p_completion
 from rookworld.tokenizer import Tokenizer
 
 COMPLETION = "{pad}M: g1f3 e2e4      E: 0.3 0.2                B: {best}"
@@ -56,6 +56,21 @@ def test_choose_move_takes_a_legal_best_move_and_replaces_any_other():
     assert choose_move(board, "garbage", random.Random(7), fallback="listed").move == first.move
     with pytest.raises(ValueError, match="fallback 'engine': use one of random, listed"):
         ModelPlayer(None, None, fallback="engine")
+
+
+def test_vote_picks_the_completion_naming_the_most_frequent_legal_move():
+    board = chess.Board()
+
+    def completions(*moves):
+        return [COMPLETION.format(pad="", best=move) for move in moves]
+
+    assert vote(board, completions("e2e5", "g1f3", "e2e4", "e2e4", "g1f3")) == 1  # a tie: the move named first
+    assert vote(board, completions("e2e5", "e2e5", "e2e5", "d2d4")) == 3  # an illegal move gets no vote
+    assert vote(board, completions("d2d4", "e2e4", "e2e4", "d2d4", "e2e4")) == 1
+    assert vote(board, completions("e2e5", "0000") + ["garbage"]) == 0  # none legal: the first
+    assert vote(board, ["garbage"]) == 0
+    with pytest.raises(ValueError, match="votes 0: must be >= 1"):
+        ModelPlayer(None, None, votes=0)
 
 
 def _knights_out_and_back() -> chess.Board:
@@ -515,12 +530,57 @@ def test_the_listed_fallback_plays_the_models_best_rated_legal_candidate(tmp_pat
     assert best_listed(board, parsed) == chess.Move.from_uci(move) != chess.Move.from_uci(replaced)
 
 
+def test_a_voting_player_plays_the_vote_of_its_seeded_samples(one_thread):
+    import torch
+
+    from rookworld.generation import SamplingSettings, generate_groups
+    from rookworld.sample import DEFAULT_MAX_NEW_TOKENS
+
+    player = ModelPlayer.load(threads=1, seed=3, votes=6)
+    boards = [chess.Board(), chess.Board("6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 30")]
+    choices = player.choose(boards)
+    # the same samples drawn again from the player's stream: the choice is their vote's completion
+    tokenizer = player.tokenizer
+    ids = tokenizer.encode_prompts([p_prompt(board.fen()) for board in boards])
+    generator = torch.Generator().manual_seed(random.Random("3/fallback/votes").getrandbits(63))
+    settings = [SamplingSettings(max_new_tokens=min(DEFAULT_MAX_NEW_TOKENS, player.model.config.n_positions - len(p)))
+                for p in ids]
+    texts = tokenizer.decode_batch(generate_groups(player.model, ids, 6, settings, eos_id=tokenizer.eos_id,
+                                                   generator=generator).completions())
+    for k, (board, choice) in enumerate(zip(boards, choices)):
+        group = texts[6 * k:6 * k + 6]
+        assert choice.completion == group[vote(board, group)] and choice.move in board.legal_moves
+    assert [c.move for c in ModelPlayer.load(threads=1, seed=3, votes=6).choose(boards)] == [c.move for c in choices]
+    greedy = ModelPlayer.load(threads=1).choose(boards)
+    assert [c.completion for c in ModelPlayer.load(threads=1, votes=1, seed=9).choose(boards)] == [
+        c.completion for c in greedy]  # one vote: the greedy completion, whatever the seed
+
+
+@pytest.mark.stockfish
+def test_games_with_votes_on_both_sides_and_in_self_play(tmp_path):
+    flags = ["--opponent", "model", "--games", "2", "--max-plies", "12", "--seed", "1"]
+    plain, _ = _play(tmp_path, "plain", *flags)
+    voted, pgn = _play(tmp_path, "voted", *flags, "--votes", "4", "--opponent-votes", "3")
+    _check_consistent(voted, 12)
+    _check_pgn(pgn, voted, "rookworld embedded model")
+    assert (voted["settings"]["votes"], voted["settings"]["opponent_votes"]) == (4, 3)
+    assert (plain["settings"]["votes"], plain["settings"]["opponent_votes"]) == (1, 1)
+    assert [g["moves"][:4] for g in voted["per_game"]] == [g["moves"][:4] for g in plain["per_game"]]  # openings
+    assert [g["moves"] for g in voted["per_game"]] != [g["moves"] for g in plain["per_game"]]
+    again, _ = _play(tmp_path, "again", *flags, "--votes", "4", "--opponent-votes", "3")
+    assert [g["moves"] for g in again["per_game"]] == [g["moves"] for g in voted["per_game"]]  # seeded
+    self_play, _ = _play(tmp_path, "self", "--opponent", "self", "--games", "2", "--max-plies", "12", "--votes", "4")
+    assert self_play["settings"]["votes"] == 4 and self_play["settings"]["opponent_votes"] is None
+
+
 @pytest.mark.parametrize("flags, named", [
     (["--opponent", "gnuchess"], "--opponent gnuchess: unknown; use one of random, stockfish, self, model"),
     (["--opponent", "random", "--opponent-model", "m"], "--opponent-model m: names the opponent of --opponent model"),
     (["--opponent", "self", "--opponent-avoid-repetition", "1"],
      "--opponent-avoid-repetition 1: sets the opponent of --opponent model"),
     (["--opponent", "random", "--opponent-fallback", "listed"], "--opponent-fallback listed: sets the opponent of"),
+    (["--opponent", "random", "--opponent-votes", "2"], "--opponent-votes 2: sets the opponent of --opponent model"),
+    (["--opponent", "random", "--votes", "0"], "--votes 0: must be >= 1"),
     (["--opponent", "self", "--fallback", "listed"], "--fallback listed: self-play stops at the model's first illegal"),
     (["--opponent", "model", "--skill", "3"], "--skill and --depth set Stockfish; use them with --opponent"),
     (["--opponent", "model", "--opening-plies", "0"], "--opening-plies 0 with --opponent model and --games 10:"),

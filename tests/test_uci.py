@@ -83,7 +83,8 @@ def test_the_engine_avoids_a_repetition_of_the_game_the_gui_sent():
 
 
 def test_python_chess_plays_a_short_game_against_it():
-    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1", "--avoid-repetition", "1"]
+    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1", "--avoid-repetition", "1",
+               "--votes", "4"]
     engine = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
     try:
         assert engine.id["name"] == "rookworld (embedded model)"
@@ -98,3 +99,11 @@ def test_python_chess_plays_a_short_game_against_it():
         assert len(board.move_stack) >= 7
     finally:
         engine.quit()
+
+
+def test_a_bad_vote_count_is_a_one_line_error(capsys):
+    from rookworld.cli import main
+
+    assert main(["uci", "--votes", "0"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("rookworld uci: error: --votes 0: must be >= 1") and error.count("\n") == 1

@@ -4,7 +4,8 @@
 Held-out metrics (see metrics.py), each with its standard error and count, of one or several models on
 a split of the data (the eval split by default), or of given completions; each model after the first also
 gets its paired change from the first on the same prompts (NAME/delta ± NAME/delta/se). Greedy by default;
-`--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k). With a Stockfish pool
+`--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k) and the pick of a vote among
+them (NAME@vote: maj@k, the move `rookworld play --votes k` plays). With a Stockfish pool
 the `B:` moves are judged (quality.py) in one batch per evaluation. `--self-play N` adds N greedy games of
 each model against itself (play.py), reported as selfplay/legal_half_moves. The GRPO trainer's periodic
 evaluation calls `evaluate_model` with the same settings.
@@ -122,9 +123,10 @@ def judge_best_moves(samples: Sequence[Sample], groups: Sequence[Sequence[str]],
 def prompt_values(samples: Sequence[Sample], groups: Sequence[Sequence[str]], pool=None, *,
                   limit: Limit | None = None) -> list[dict[str, list[float]]]:
     """Each prompt's metric values over its completions (one group of >= 1 per sample): the metrics, the
-    training reward, best of k (NAME@k) when the groups hold several, and the move-quality metrics
-    (P/acpl, P/acpl_legal, P/expected_score_loss, P/band/...) when a Stockfish `pool` is given, judged at `limit`
-    (default: the label limit); NAME/check repeats some P metrics on the positions in check."""
+    training reward, best of k (NAME@k) and the vote's pick (NAME@vote) when the groups hold several, and the
+    move-quality metrics (P/acpl, P/acpl_legal, P/expected_score_loss, P/band/...) when a Stockfish `pool` is
+    given, judged at `limit` (default: the label limit); NAME/check repeats some P metrics on the positions in
+    check."""
     from rookworld import metrics
 
     flat_samples = [s for s, group in zip(samples, groups) for _ in group]
@@ -140,6 +142,7 @@ def prompt_values(samples: Sequence[Sample], groups: Sequence[Sequence[str]], po
         metrics.add_check_metrics(sample, values)
         if len(group) > 1:
             metrics.add_best_of(values, len(group))
+            metrics.add_vote(sample, group, values)
     return per_prompt
 
 

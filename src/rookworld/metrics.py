@@ -1,8 +1,8 @@
 """Held-out metrics of P and A completions: pure functions of (sample, completion) pairs.
 
 Every per-sample metric is a fraction in [0, 1] (averaged over the samples it applies to) except
-`P/eval_mae`, `P/acpl`, `P/acpl_legal` and `P/acpl@k`, in pawns. docs/grpo.md defines each one; `rookworld eval` and
-the GRPO trainer's periodic evaluation both report these names, each with its standard error
+`P/eval_mae`, `P/acpl`, `P/acpl_legal`, `P/acpl@k` and `P/acpl@vote`, in pawns. docs/grpo.md defines each one;
+`rookworld eval` and the GRPO trainer's periodic evaluation both report these names, each with its standard error
 (`NAME/se`, clustered by game where the prompts name their game) and the number of prompts it is averaged
 over (`NAME/n`).
 """
@@ -35,6 +35,8 @@ DELTA_SUFFIX = "/delta"
 BAND_PREFIX = "P/band/"  # P/band/<name>: share of B: moves in each move-quality band (quality.BANDS)
 # Best of a prompt's k completions, reported as NAME@k: pass@k for the rates, the smallest loss for P/acpl.
 BEST_OF: dict[str, Callable[[Sequence[float]], float]] = {"P/best_move_acc": max, "A/exact": max, "P/acpl": min}
+# The completion a vote of a prompt's k completions picks (player.vote, maj@k: no truth needed to choose), NAME@vote.
+VOTED = ("P/best_move_acc", "P/best_move_legal", "P/acpl", "P/expected_score_loss")
 
 
 def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
@@ -140,6 +142,19 @@ def add_best_of(values: dict[str, list[float]], k: int) -> None:
     for name, best in BEST_OF.items():
         if len(values.get(name, ())) == k:
             values[f"{name}@{k}"] = [best(values[name])]
+
+
+def add_vote(sample: Sample, completions: Sequence[str], values: dict[str, list[float]]) -> None:
+    """NAME@vote for each VOTED metric that a P prompt's k > 1 completions all have: its value for the completion
+    whose `B:` move the vote picks."""
+    from rookworld.player import vote
+
+    if sample.task != "P" or len(completions) < 2:
+        return
+    index = vote(p_board(sample.prompt), completions)
+    for name in VOTED:
+        if len(values.get(name, ())) == len(completions):
+            values[f"{name}@vote"] = [values[name][index]]
 
 
 @dataclass(frozen=True)

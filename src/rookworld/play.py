@@ -1,6 +1,6 @@
 """`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
-[--fallback random|listed] [--avoid-repetition PAWNS] [--opponent-fallback ...] [--opponent-avoid-repetition ...]
-[--out F]`
+[--fallback random|listed] [--avoid-repetition PAWNS] [--votes K] [--opponent-fallback ...]
+[--opponent-avoid-repetition ...] [--opponent-votes K] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -25,7 +25,8 @@ With --fallback listed an illegal or missing `B:` move is replaced by the model'
 `M:` candidate instead (as `rookworld uci` plays; still counted as illegal and judged at the cap).
 With --avoid-repetition the model sets aside a `B:` move that repeats a position when it rates itself
 ahead (player.py), and with --opponent-avoid-repetition a model opponent does; `repetitions_avoided` and
-`opponent_repetitions_avoided` count those moves.
+`opponent_repetitions_avoided` count those moves. With --votes K (and --opponent-votes K for a model
+opponent) the player samples K completions a move and plays the legal `B:` move most of them name (player.py).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import chess
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.metrics import Estimate, estimate
-from rookworld.player import FALLBACKS, ModelPlayer, add_repetition_argument
+from rookworld.player import FALLBACKS, ModelPlayer, add_repetition_argument, add_votes_argument
 
 OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
@@ -82,16 +83,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="each game starts after K uniformly random plies from a seeded stream of its own "
                              f"(default: 0; with --opponent self or model, {GREEDY_OPENING_PLIES})")
     parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random mover, the openings and the model's fallback moves (default: 0)")
+                        help="seed of the random mover, the openings, the model's fallback moves and --votes' samples "
+                             "(default: 0)")
     parser.add_argument("--fallback", choices=FALLBACKS, default="random",
                         help="what replaces the model's illegal or missing B: move: a random legal move, or listed: "
                              "its legal M: candidate with the highest E: eval, as rookworld uci plays (a random "
                              "one when none is legal); counted as illegal either way (default: random)")
     add_repetition_argument(parser)
+    add_votes_argument(parser)
     parser.add_argument("--opponent-fallback", choices=FALLBACKS, default=None,
                         help="--fallback for the opponent of --opponent model (default: random)")
     parser.add_argument("--opponent-avoid-repetition", type=float, default=None, metavar="PAWNS",
                         help="--avoid-repetition for the opponent of --opponent model (default: off)")
+    parser.add_argument("--opponent-votes", type=int, default=None, metavar="K",
+                        help="--votes for the opponent of --opponent model (default: 1, greedy)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--threads", type=int, default=None,
@@ -403,7 +408,8 @@ def _opponent(args: argparse.Namespace):
         raise UserError(f"--opponent-model {args.opponent_model}: names the opponent of --opponent model; add "
                         "--opponent model or drop it")
     for flag, value in (("--opponent-avoid-repetition", args.opponent_avoid_repetition),
-                        ("--opponent-fallback", args.opponent_fallback)):
+                        ("--opponent-fallback", args.opponent_fallback),
+                        ("--opponent-votes", args.opponent_votes)):
         if value is not None and args.opponent != "model":
             shown = f"{value:g}" if isinstance(value, float) else value
             raise UserError(f"{flag} {shown}: sets the opponent of --opponent model; add --opponent model or drop it")
@@ -416,7 +422,7 @@ def _opponent(args: argparse.Namespace):
         if args.opponent == "model":
             player = ModelPlayer.load(args.opponent_model, threads=args.threads, seed=args.seed,
                                       stream="opponent-fallback", avoid_repetition=args.opponent_avoid_repetition,
-                                      fallback=args.opponent_fallback or "random")
+                                      fallback=args.opponent_fallback or "random", votes=args.opponent_votes or 1)
             return ModelOpponent(player, args.opponent_model or EMBEDDED_NAME)
         return RandomMover(args.seed) if args.opponent == "random" else None
     from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
@@ -482,7 +488,8 @@ def run(args: argparse.Namespace) -> int:
     from rookworld.quality import judge_moves
     from rookworld.stockfish import LABEL_LIMIT, StockfishPool
 
-    for flag, value in (("--games", args.games), ("--max-plies", args.max_plies), ("--threads", args.threads)):
+    for flag, value in (("--games", args.games), ("--max-plies", args.max_plies), ("--threads", args.threads),
+                        ("--votes", args.votes), ("--opponent-votes", args.opponent_votes)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
     if args.adjudicate < 0:
@@ -493,7 +500,7 @@ def run(args: argparse.Namespace) -> int:
     opponent_name = "self" if opponent is None else opponent.name
     try:
         player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
-                                  avoid_repetition=args.avoid_repetition, fallback=args.fallback)
+                                  avoid_repetition=args.avoid_repetition, fallback=args.fallback, votes=args.votes)
         with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
             played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed)
     finally:
@@ -518,7 +525,8 @@ def run(args: argparse.Namespace) -> int:
                             "fallback": args.fallback, "avoid_repetition": args.avoid_repetition,
                             "opponent_fallback": opponent.player.fallback if isinstance(opponent, ModelOpponent)
                             else None,
-                            "opponent_avoid_repetition": args.opponent_avoid_repetition,
+                            "opponent_avoid_repetition": args.opponent_avoid_repetition, "votes": args.votes,
+                            "opponent_votes": opponent.player.votes if isinstance(opponent, ModelOpponent) else None,
                             "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses[:len(moves)], opening_plies > 0,
                          losses[len(moves):] if isinstance(opponent, ModelOpponent) else None),

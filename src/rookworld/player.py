@@ -2,6 +2,11 @@
 missing, a random legal move, or with the `listed` fallback the legal `M:` candidate its own `E:` evals
 rate best (a random one when none is legal). Used by `rookworld play` and `rookworld uci` (`listed`).
 
+With `votes` K > 1 the player samples K completions (temperature 1, the training temperature) instead of
+the greedy one and acts on the one whose legal `B:` move the most of them name (self-consistency, maj@K):
+the mode of the model's moves, which its greedy path often misses; `rookworld eval --samples K` reports
+the same choice as NAME@vote.
+
 The prompt holds no history, so the model cannot know that a move repeats an earlier position; the
 player can. With `avoid_repetition` (pawns) a player that rates the position at least that well (its
 highest `E:` eval) plays, instead of a `B:` move that repeats a position, the best-rated legal `M:`
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +63,17 @@ def best_listed(board: chess.Board, parsed: ParsedP, keep=lambda move: True) -> 
     return max(listed, key=lambda item: (item[0], -item[1]))[2] if listed else None
 
 
+def vote(board: chess.Board, completions: Sequence[str]) -> int:
+    """The index of the completion whose `B:` move is the most frequent legal one among `completions` (on a
+    tie, the move named first; the first completion naming it); 0 when none is legal."""
+    moves = [move.uci() if (move := legal_move(board, parse_p_completion(c).best)) else None for c in completions]
+    counts = Counter(move for move in moves if move is not None)
+    if not counts:
+        return 0
+    most = max(counts.values())
+    return next(i for i, move in enumerate(moves) if move is not None and counts[move] == most)
+
+
 def choose_move(board: chess.Board, completion: str, rng: random.Random,
                 avoid_repetition: float | None = None, fallback: str = "random") -> Choice:
     """The completion's `B:` move when it is legal on `board`, else the fallback: a uniformly random legal move
@@ -77,6 +94,13 @@ def choose_move(board: chess.Board, completion: str, rng: random.Random,
     return Choice(move, True, completion)
 
 
+def add_votes_argument(parser: argparse.ArgumentParser) -> None:
+    """`--votes K`, shared by `rookworld play` and `rookworld uci`."""
+    parser.add_argument("--votes", type=int, default=1, metavar="K",
+                        help="sample K completions a move at temperature 1 and play the legal B: move most of them "
+                             "name (the first named on a tie); 1: the greedy B: move (default: 1)")
+
+
 def add_repetition_argument(parser: argparse.ArgumentParser) -> None:
     """`--avoid-repetition PAWNS`, shared by `rookworld play` and `rookworld uci`."""
     parser.add_argument("--avoid-repetition", type=float, default=None, metavar="PAWNS",
@@ -86,32 +110,40 @@ def add_repetition_argument(parser: argparse.ArgumentParser) -> None:
 
 
 class ModelPlayer:
-    """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily; random fallback moves draw from the
-    stream `SEED/STREAM` (a second model in the same games draws from another); `avoid_repetition` and `fallback`
-    as in `choose_move`."""
+    """A GPT-2 RookWorld model and its tokenizer, choosing moves greedily, or by a vote of `votes` sampled
+    completions; random fallback moves draw from the stream `SEED/STREAM` (a second model in the same games
+    draws from another), the samples from a torch stream seeded by `SEED/STREAM/votes`; `avoid_repetition` and
+    `fallback` as in `choose_move`, applied to the completion chosen."""
 
     def __init__(self, model, tokenizer, seed: int = 0, stream: str = "fallback",
-                 avoid_repetition: float | None = None, fallback: str = "random") -> None:
+                 avoid_repetition: float | None = None, fallback: str = "random", votes: int = 1) -> None:
+        import torch
+
         if fallback not in FALLBACKS:
             raise ValueError(f"fallback {fallback!r}: use one of {', '.join(FALLBACKS)}")
+        if votes < 1:
+            raise ValueError(f"votes {votes}: must be >= 1 (1: the greedy move)")
         self.model, self.tokenizer = model, tokenizer
         self.rng = random.Random(f"{seed}/{stream}")
-        self.avoid_repetition, self.fallback = avoid_repetition, fallback
+        self.avoid_repetition, self.fallback, self.votes = avoid_repetition, fallback, votes
+        self.generator = torch.Generator(device=model.wte.weight.device).manual_seed(
+            random.Random(f"{seed}/{stream}/votes").getrandbits(63))
 
     @classmethod
     def load(cls, name_or_path: str | Path | None = None, device: str | None = None, threads: int | None = None,
              seed: int = 0, stream: str = "fallback", avoid_repetition: float | None = None,
-             fallback: str = "random") -> ModelPlayer:
+             fallback: str = "random", votes: int = 1) -> ModelPlayer:
         """The checkpoint (default: the embedded model) on `device` (default: cuda when available, else cpu
         with `threads` torch threads)."""
         from rookworld.hub import load_model, resolve_default_model
         from rookworld.runtime import pick_device
 
         model, tokenizer = load_model(name_or_path or resolve_default_model(), device=pick_device(device, threads))
-        return cls(model, tokenizer, seed, stream, avoid_repetition, fallback)
+        return cls(model, tokenizer, seed, stream, avoid_repetition, fallback, votes)
 
     def choose(self, boards: Sequence[chess.Board]) -> list[Choice]:
-        """One choice per board (each with a legal move), from one batched greedy generation."""
+        """One choice per board (each with a legal move), from one batched generation (greedy, or `votes`
+        samples a board)."""
         from rookworld.generation import SamplingSettings, generate_groups
         from rookworld.sample import DEFAULT_MAX_NEW_TOKENS
 
@@ -120,7 +152,9 @@ class ModelPlayer:
         ids = self.tokenizer.encode_prompts([p_prompt(board.fen()) for board in boards])
         context = self.model.config.n_positions
         settings = [SamplingSettings(max_new_tokens=min(DEFAULT_MAX_NEW_TOKENS, context - len(p))) for p in ids]
-        generation = generate_groups(self.model, ids, 1, settings, eos_id=self.tokenizer.eos_id, greedy=True)
-        completions = self.tokenizer.decode_batch(generation.completions())
-        return [choose_move(board, completion, self.rng, self.avoid_repetition, self.fallback)
-                for board, completion in zip(boards, completions)]
+        generation = generate_groups(self.model, ids, self.votes, settings, eos_id=self.tokenizer.eos_id,
+                                     generator=self.generator, greedy=self.votes == 1)
+        texts = self.tokenizer.decode_batch(generation.completions())
+        groups = [texts[i:i + self.votes] for i in range(0, len(texts), self.votes)]
+        return [choose_move(board, group[vote(board, group)], self.rng, self.avoid_repetition, self.fallback)
+                for board, group in zip(boards, groups)]

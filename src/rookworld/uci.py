@@ -1,5 +1,5 @@
-"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS]`: the model as a UCI
-engine on stdin/stdout.
+"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS] [--votes K]`: the model as a
+UCI engine on stdin/stdout.
 
 Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` (whatever its
 limits) the model answers with its greedy `B:` move (`player.ModelPlayer`). When that move is illegal
@@ -7,7 +7,8 @@ or missing, the engine plays the legal move its own `M:`/`E:` list rates best, e
 move (seeded), and says which in an `info string`. Searches are not interruptible: `stop` has nothing
 to stop, since `go` answers at once. With --avoid-repetition the engine, when its own best `E:` eval is at
 least that many pawns, does not repeat an earlier position of the game the GUI sent (`position ...
-moves ...`) if one of its `M:` candidates avoids it (player.py), and says so too.
+moves ...`) if one of its `M:` candidates avoids it (player.py), and says so too. With --votes K it samples
+K completions and plays the legal `B:` move most of them name (player.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TextIO
 
 import chess
 
-from rookworld.player import Choice, ModelPlayer, add_repetition_argument, best_listed
+from rookworld.errors import UserError
+from rookworld.player import Choice, ModelPlayer, add_repetition_argument, add_votes_argument, best_listed
 from rookworld.text import parse_p_completion
 
 ENGINE_NAME = "rookworld"
@@ -28,8 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: every core; 1 when the GUI runs other engines)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random fallback move (default: 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random fallback move and of --votes' samples (default: 0)")
     add_repetition_argument(parser)
+    add_votes_argument(parser)
 
 
 def describe(board: chess.Board, choice: Choice) -> str | None:
@@ -113,7 +117,9 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.votes < 1:
+        raise UserError(f"--votes {args.votes}: must be >= 1 (1: the greedy B: move)")
     player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
-                              avoid_repetition=args.avoid_repetition, fallback="listed")
+                              avoid_repetition=args.avoid_repetition, fallback="listed", votes=args.votes)
     serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
     return 0
