@@ -368,6 +368,14 @@ def _check_pgn(path, results, opponent):
         assert [m.uci() for m in board.move_stack] == game["moves"]
 
 
+def _match(tmp_path, name, max_plies, *flags):
+    """A match of the embedded model against itself with `flags`, its JSON and PGN checked."""
+    results, pgn = _play(tmp_path, name, *flags)
+    _check_consistent(results, max_plies)
+    _check_pgn(pgn, results, "rookworld embedded model")
+    return results
+
+
 @pytest.mark.stockfish
 def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     flags = ["--opponent", "random", "--games", "2", "--max-plies", "8"]
@@ -517,9 +525,7 @@ def test_the_models_avoid_repetitions_only_where_they_would_repeat(tmp_path, cap
 def test_the_listed_fallback_plays_the_models_best_rated_legal_candidate(tmp_path):
     flags = ["--opponent", "model", "--games", "4", "--max-plies", "40", "--seed", "0"]
     plain, _ = _play(tmp_path, "plain", *flags)
-    listed, pgn = _play(tmp_path, "listed", *flags, "--fallback", "listed", "--opponent-fallback", "listed")
-    _check_consistent(listed, 40)
-    _check_pgn(pgn, listed, "rookworld embedded model")
+    listed = _match(tmp_path, "listed", 40, *flags, "--fallback", "listed", "--opponent-fallback", "listed")
     assert (listed["settings"]["fallback"], listed["settings"]["opponent_fallback"]) == ("listed", "listed")
     assert (plain["settings"]["fallback"], plain["settings"]["opponent_fallback"]) == ("random", "random")
     assert listed["illegal_moves"] + listed["opponent_illegal_moves"] > 0  # still counted as illegal
@@ -561,9 +567,7 @@ def test_a_voting_player_plays_the_vote_of_its_seeded_samples(one_thread):
 def test_games_with_votes_on_both_sides_and_in_self_play(tmp_path):
     flags = ["--opponent", "model", "--games", "2", "--max-plies", "12", "--seed", "1"]
     plain, _ = _play(tmp_path, "plain", *flags)
-    voted, pgn = _play(tmp_path, "voted", *flags, "--votes", "4", "--opponent-votes", "3")
-    _check_consistent(voted, 12)
-    _check_pgn(pgn, voted, "rookworld embedded model")
+    voted = _match(tmp_path, "voted", 12, *flags, "--votes", "4", "--opponent-votes", "3")
     assert (voted["settings"]["votes"], voted["settings"]["opponent_votes"]) == (4, 3)
     assert (plain["settings"]["votes"], plain["settings"]["opponent_votes"]) == (1, 1)
     assert [g["moves"][:4] for g in voted["per_game"]] == [g["moves"][:4] for g in plain["per_game"]]  # openings
