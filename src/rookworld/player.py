@@ -65,7 +65,10 @@ def best_listed(board: chess.Board, parsed: ParsedP, keep=lambda move: True) -> 
 
 def vote(board: chess.Board, completions: Sequence[str]) -> int:
     """The index of the completion whose `B:` move is the most frequent legal one among `completions` (on a
-    tie, the move named first; the first completion naming it); 0 when none is legal."""
+    tie, the move named first; the first completion naming it); 0 when none is legal, or there is one (greedy:
+    nothing to count or parse)."""
+    if len(completions) == 1:
+        return 0
     moves = [move.uci() if (move := legal_move(board, parse_p_completion(c).best)) else None for c in completions]
     counts = Counter(move for move in moves if move is not None)
     if not counts:
