@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import random
 import sys
@@ -54,7 +55,9 @@ def test_serve_answers_every_command_with_the_embedded_model():
     out = io.StringIO()
     serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
     lines = out.getvalue().splitlines()
-    assert lines[:4] == ["id name rookworld (test)", "id author rookworld", "uciok", "readyok"]
+    assert lines[:6] == ["id name rookworld (test)", "id author rookworld",
+                         "option name Votes type spin default 1 min 1 max 64",
+                         "option name AvoidRepetition type string default off", "uciok", "readyok"]
     first = next(line for line in lines if line.startswith("bestmove"))
     assert chess.Move.from_uci(first.split()[1]) in parse_position(["startpos", "moves", "e2e4"]).legal_moves
     assert any(line.startswith("info string ignored position") for line in lines)
@@ -82,12 +85,58 @@ def test_the_engine_avoids_a_repetition_of_the_game_the_gui_sent():
     assert move != chess.Move.from_uci("b4c3") and move in board.legal_moves and not repeats(board, move)
 
 
+def test_setoption_sets_the_two_rules_and_says_what_it_ignored():
+    player = ModelPlayer.load(threads=1, fallback="listed")
+    commands = ["setoption name Votes value 5", "setoption name avoidrepetition value 0.5", "uci",
+                "setoption name Votes value 0", "setoption name Votes value many", "setoption name Votes value 65",
+                "setoption name AvoidRepetition value ahead", "setoption name Hash value 16", "setoption Votes",
+                "isready"]
+    out = io.StringIO()
+    serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
+    lines = out.getvalue().splitlines()
+    assert lines[2:4] == ["option name Votes type spin default 5 min 1 max 64",
+                          "option name AvoidRepetition type string default 0.5"]
+    assert lines[5:] == ["info string ignored setoption Votes '0': give a whole number from 1 to 64",
+                         "info string ignored setoption Votes 'many': give a whole number from 1 to 64",
+                         "info string ignored setoption Votes '65': give a whole number from 1 to 64",
+                         "info string ignored setoption AvoidRepetition 'ahead': give the pawns (e.g. 1) or off",
+                         "readyok"]
+    assert (player.votes, player.avoid_repetition) == (5, 0.5)  # the bad values changed nothing
+    serve(player, "test", io.StringIO("setoption name AvoidRepetition value OFF\nsetoption name Votes value 1\n"),
+          io.StringIO())
+    assert (player.votes, player.avoid_repetition) == (1, None)
+
+
+def test_the_engine_defaults_to_the_strongest_measured_rules():
+    from rookworld import play, uci
+
+    def parse(module, argv: list[str]) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        module.add_arguments(parser)
+        return parser.parse_args(argv)
+
+    assert (parse(uci, []).votes, parse(uci, []).avoid_repetition) == (8, 1.0)
+    assert parse(uci, ["--avoid-repetition", "off", "--votes", "1"]).avoid_repetition is None
+    args = parse(play, ["--opponent", "random"])  # play measures the model: greedy, repetitions allowed
+    assert (args.votes, args.avoid_repetition, args.opponent_avoid_repetition) == (1, None, None)
+    assert parse(play, ["--opponent", "model", "--opponent-avoid-repetition", "Off"]).opponent_avoid_repetition is None
+
+
+def test_a_bad_repetition_threshold_is_an_error_naming_it(capsys):
+    from rookworld.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["uci", "--avoid-repetition", "ahead"])
+    assert "--avoid-repetition: 'ahead': give the pawns (e.g. 1) or off" in capsys.readouterr().err
+
+
 def test_python_chess_plays_a_short_game_against_it():
-    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1", "--avoid-repetition", "1",
-               "--votes", "4"]
+    command = [sys.executable, "-m", "rookworld.cli", "uci", "--threads", "1", "--votes", "4"]
     engine = chess.engine.SimpleEngine.popen_uci(command, timeout=120)
     try:
         assert engine.id["name"] == "rookworld (embedded model)"
+        assert (engine.options["Votes"].default, engine.options["AvoidRepetition"].default) == (4, "1")
+        engine.configure({"Votes": 3, "AvoidRepetition": "0.5"})  # python-chess checks the spin's bounds
         board, rng = chess.Board(), random.Random(0)
         for _ in range(4):  # the engine plays white, a random mover black
             result = engine.play(board, chess.engine.Limit(time=0.1))
@@ -104,6 +153,7 @@ def test_python_chess_plays_a_short_game_against_it():
 def test_a_bad_vote_count_is_a_one_line_error(capsys):
     from rookworld.cli import main
 
-    assert main(["uci", "--votes", "0"]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith("rookworld uci: error: --votes 0: must be >= 1") and error.count("\n") == 1
+    for votes in ("0", "65"):
+        assert main(["uci", "--votes", votes]) == 2
+        error = capsys.readouterr().err
+        assert error == f"rookworld uci: error: --votes {votes}: must be from 1 (the greedy B: move) to 64\n"

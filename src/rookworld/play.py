@@ -93,8 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_votes_argument(parser)
     parser.add_argument("--opponent-fallback", choices=FALLBACKS, default=None,
                         help="--fallback for the opponent of --opponent model (default: random)")
-    parser.add_argument("--opponent-avoid-repetition", type=float, default=None, metavar="PAWNS",
-                        help="--avoid-repetition for the opponent of --opponent model (default: off)")
+    add_repetition_argument(parser, flag="--opponent-avoid-repetition",
+                            help="--avoid-repetition for the opponent of --opponent model (default: off)")
     parser.add_argument("--opponent-votes", type=int, default=None, metavar="K",
                         help="--votes for the opponent of --opponent model (default: 1, greedy)")
     parser.add_argument("--pgn", help="write the games to this PGN file")

@@ -97,19 +97,30 @@ def choose_move(board: chess.Board, completion: str, rng: random.Random,
     return Choice(move, True, completion)
 
 
-def add_votes_argument(parser: argparse.ArgumentParser) -> None:
+def add_votes_argument(parser: argparse.ArgumentParser, default: int = 1) -> None:
     """`--votes K`, shared by `rookworld play` and `rookworld uci`."""
-    parser.add_argument("--votes", type=int, default=1, metavar="K",
+    parser.add_argument("--votes", type=int, default=default, metavar="K",
                         help="sample K completions a move at temperature 1 and play the legal B: move most of them "
-                             "name (the first named on a tie); 1: the greedy B: move (default: 1)")
+                             f"name (the first named on a tie); 1: the greedy B: move (default: {default})")
 
 
-def add_repetition_argument(parser: argparse.ArgumentParser) -> None:
-    """`--avoid-repetition PAWNS`, shared by `rookworld play` and `rookworld uci`."""
-    parser.add_argument("--avoid-repetition", type=float, default=None, metavar="PAWNS",
-                        help="when the model's highest E: eval is at least PAWNS, it does not play a B: move that "
-                             "repeats an earlier position if one of its legal M: candidates avoids it (the "
-                             "best-rated such candidate is played instead; default: off, always B:)")
+def repetition_pawns(value: str) -> float | None:
+    """An `--avoid-repetition` value: pawns, or `off` (None)."""
+    if value.strip().lower() == "off":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: give the pawns (e.g. 1) or off") from None
+
+
+def add_repetition_argument(parser: argparse.ArgumentParser, default: float | None = None,
+                            flag: str = "--avoid-repetition", help: str | None = None) -> None:
+    """`--avoid-repetition PAWNS|off`, shared by `rookworld play` (also for its opponent) and `rookworld uci`."""
+    parser.add_argument(flag, type=repetition_pawns, default=default, metavar="PAWNS|off", help=help or (
+        "when the model's highest E: eval is at least PAWNS, it does not play a B: move that repeats an earlier "
+        "position if one of its legal M: candidates avoids it (the best-rated such candidate is played instead); "
+        f"off: always B: (default: {'off' if default is None else f'{default:g}'})"))
 
 
 class ModelPlayer:

@@ -1,14 +1,15 @@
-"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS] [--votes K]`: the model as a
+"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS|off] [--votes K]`: the model as a
 UCI engine on stdin/stdout.
 
 Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` (whatever its
-limits) the model answers with its greedy `B:` move (`player.ModelPlayer`). When that move is illegal
-or missing, the engine plays the legal move its own `M:`/`E:` list rates best, else a random legal
-move (seeded), and says which in an `info string`. Searches are not interruptible: `stop` has nothing
-to stop, since `go` answers at once. With --avoid-repetition the engine, when its own best `E:` eval is at
-least that many pawns, does not repeat an earlier position of the game the GUI sent (`position ...
-moves ...`) if one of its `M:` candidates avoids it (player.py), and says so too. With --votes K it samples
-K completions and plays the legal `B:` move most of them name (player.py).
+limits) the engine answers at once with the model's move (`player.ModelPlayer`): by default the legal `B:` move
+most of 8 sampled completions name, and when the model rates itself ahead by a pawn, not one that repeats an
+earlier position of the game the GUI sent (`position ... moves ...`) if one of its `M:` candidates avoids it:
+the player rules that measured strongest (docs/play.md), unlike `rookworld play`, whose defaults measure the
+model's greedy move. When the chosen move is illegal or missing, the engine plays the legal move its own
+`M:`/`E:` list rates best, else a random legal move (seeded), and says which in an `info string`. Searches are
+not interruptible: `stop` has nothing to stop. The two rules are also UCI options (`Votes`, `AvoidRepetition`),
+so a GUI can set them.
 """
 
 from __future__ import annotations
@@ -20,10 +21,20 @@ from typing import TextIO
 import chess
 
 from rookworld.errors import UserError
-from rookworld.player import Choice, ModelPlayer, add_repetition_argument, add_votes_argument, best_listed
+from rookworld.player import (
+    Choice,
+    ModelPlayer,
+    add_repetition_argument,
+    add_votes_argument,
+    best_listed,
+    repetition_pawns,
+)
 from rookworld.text import parse_p_completion
 
 ENGINE_NAME = "rookworld"
+VOTES = 8           # a vote of 8: +65 Elo over the greedy move in 200 games against the same model (docs/play.md)
+AVOID_REPETITION = 1.0  # pawns: +41 Elo over repeating, 400 games against the same model (docs/play.md)
+MAX_VOTES = 64      # the Votes option's upper bound, which UCI's spin type needs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch CPU threads (default: every core; 1 when the GUI runs other engines)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random fallback move and of --votes' samples (default: 0)")
-    add_repetition_argument(parser)
-    add_votes_argument(parser)
+    add_repetition_argument(parser, default=AVOID_REPETITION)
+    add_votes_argument(parser, default=VOTES)
 
 
 def describe(board: chess.Board, choice: Choice) -> str | None:
@@ -75,6 +86,33 @@ def parse_position(tokens: list[str]) -> chess.Board:
     return board
 
 
+def options(player: ModelPlayer) -> list[str]:
+    """The `option` lines of the answer to `uci`: the player's two rules, at their current values."""
+    pawns = "off" if player.avoid_repetition is None else f"{player.avoid_repetition:g}"
+    return [f"option name Votes type spin default {player.votes} min 1 max {MAX_VOTES}",
+            f"option name AvoidRepetition type string default {pawns}"]
+
+
+def set_option(player: ModelPlayer, tokens: list[str]) -> str | None:
+    """Apply `setoption name <id> value <x>` (tokens after `setoption`; names are case-insensitive) to `player`;
+    what to say in an `info string` when the option is one of ours and its value is bad, else None. Other
+    engines' options (Hash, Threads, ...) are ignored, as UCI asks."""
+    if "name" not in tokens:
+        return None
+    cut = tokens.index("value") if "value" in tokens else len(tokens)
+    name, value = " ".join(tokens[tokens.index("name") + 1:cut]).lower(), " ".join(tokens[cut + 1:])
+    if name == "votes":
+        if not value.isdigit() or not 1 <= int(value) <= MAX_VOTES:
+            return f"ignored setoption Votes {value!r}: give a whole number from 1 to {MAX_VOTES}"
+        player.votes = int(value)
+    elif name == "avoidrepetition":
+        try:
+            player.avoid_repetition = repetition_pawns(value)
+        except argparse.ArgumentTypeError as exc:
+            return f"ignored setoption AvoidRepetition {exc}"
+    return None
+
+
 def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None:
     """Answer UCI commands from `stdin` until `quit` or end of input (`player`: the engine's has the listed
     fallback)."""
@@ -92,6 +130,8 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
         if command == "uci":
             say(f"id name {ENGINE_NAME} ({name})")
             say(f"id author {ENGINE_NAME}")
+            for line in options(player):
+                say(line)
             say("uciok")
         elif command == "isready":
             say("readyok")
@@ -102,6 +142,10 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
                 board = parse_position(rest)
             except ValueError as exc:
                 say(f"info string ignored position: {exc}")
+        elif command == "setoption":
+            note = set_option(player, rest)
+            if note:
+                say(f"info string {note}")
         elif command == "go":
             if not any(board.legal_moves):
                 say("bestmove 0000")  # mate or stalemate: UCI's null move
@@ -113,12 +157,12 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
             say(f"bestmove {choice.move.uci()}")
         elif command == "quit":
             return
-        # `stop`, `setoption`, `debug`, `register`, `ponderhit` and unknown commands: nothing to do (UCI: ignore)
+        # `stop`, `debug`, `register`, `ponderhit` and unknown commands: nothing to do (UCI: ignore)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.votes < 1:
-        raise UserError(f"--votes {args.votes}: must be >= 1 (1: the greedy B: move)")
+    if not 1 <= args.votes <= MAX_VOTES:
+        raise UserError(f"--votes {args.votes}: must be from 1 (the greedy B: move) to {MAX_VOTES}")
     player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
                               avoid_repetition=args.avoid_repetition, fallback="listed", votes=args.votes)
     serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
