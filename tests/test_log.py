@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rookworld.errors import UserError
-from rookworld.log import Progress, RunLogger, read_records
+from rookworld.log import Progress, RunLogger, eval_change, eval_line, read_records
 
 
 def strict_lines(path) -> list[dict]:
@@ -161,6 +161,38 @@ def test_progress_prints_nothing_on_other_ranks_and_refuses_a_zero_interval():
     for stream in (io.StringIO(), Terminal()):
         with Progress(10, rank=1, stream=stream) as bar:
             bar.update(1, {"reward/mean": 0.5})
+            bar.note("eval step 1")
         assert stream.getvalue() == ""
     with pytest.raises(ValueError, match="every"):
         Progress(10, every=0)
+
+
+START = {"step": 0, "eval/P/acpl": 3.5, "eval/P/acpl/se": 0.3, "eval/P/best_move_acc": 0.09,
+         "eval/P/best_move_acc/se": 0.012, "eval/A/exact": 0.95, "eval/A/exact/se": 0.009, "eval/reward/mean": 0.6}
+END = {"step": 100, "eval/P/acpl": 3.1, "eval/P/acpl/se": 0.4, "eval/P/best_move_acc": 0.1,
+       "eval/P/best_move_acc/se": 0.012, "eval/A/exact": 0.94, "eval/selfplay/legal_half_moves": 18.0}
+
+
+def test_an_eval_line_shows_the_headline_metrics_with_their_errors():
+    assert eval_line(0, START) == "eval step 0 | P/acpl 3.5 ± 0.3 | best-move 0.09 ± 0.012 | A/exact 0.95 ± 0.009"
+    assert eval_line(100, END) == ("eval step 100 | P/acpl 3.1 ± 0.4 | best-move 0.1 ± 0.012 | A/exact 0.94 | "
+                                   "self-play 18")
+    assert eval_line(5, {"eval/reward/mean": 0.5}) == "eval step 5"
+
+
+def test_the_change_of_a_run_is_its_first_eval_against_its_last():
+    assert eval_change([START, {"step": 50, "eval/P/acpl": 9.0}, END]) == (
+        "held-out change, step 0 → 100 (unpaired SE): P/acpl 3.5 → 3.1 (Δ -0.4 ± 0.5) | "  # hypot(0.3, 0.4)
+        "best-move 0.09 → 0.1 (Δ +0.01 ± 0.017) | A/exact 0.95 → 0.94 (Δ -0.01)")  # the last eval has no SE
+    assert eval_change([START]) is None and eval_change([]) is None
+
+
+def test_a_note_is_a_line_of_its_own_beside_the_steps_and_above_a_bar():
+    log_file, screen = io.StringIO(), Terminal()
+    for stream in (log_file, screen):
+        with Progress(2, stream=stream) as bar:
+            bar.update(1, {"reward/mean": 0.5})
+            bar.note("eval step 1 | P/acpl 3.5 ± 0.3")
+            bar.update(2, {"reward/mean": 0.5})
+    assert log_file.getvalue().splitlines()[1] == "eval step 1 | P/acpl 3.5 ± 0.3"
+    assert "eval step 1 | P/acpl 3.5 ± 0.3\n" in screen.getvalue()

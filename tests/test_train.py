@@ -832,14 +832,21 @@ def test_reward_warmup_scores_with_the_steps_weights_and_logs_them(tiny_run_inpu
             assert row[f"reward/{task}"] == pytest.approx(mixed, abs=1e-9)
 
 
-def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_run_inputs, tmp_path):
+def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_run_inputs, tmp_path, capsys):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
     plain = train.main(tiny_config(model_dir, data, tmp_path / "plain"), gcfg)
+    assert "eval step" not in capsys.readouterr().out
     evaluated = train.main(tiny_config(model_dir, data, tmp_path / "evaluated", eval_every=2, eval_limit=6,
                                        eval_draws=3), gcfg)
     evals = [json.loads(line) for line in (evaluated / "eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [0, 2, 3]  # every 2 steps and after the last
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("eval", "held-out"))]
+    assert [line.split(" | ")[0] for line in printed[:3]] == ["eval step 0", "eval step 2", "eval step 3"]
+    first, last = evals[0]["eval/P/acpl"], evals[-1]["eval/P/acpl"]
+    assert printed[0].startswith(f"eval step 0 | P/acpl {first:.4g} ± ")
+    assert printed[3].startswith(f"held-out change, step 0 → 3 (unpaired SE): P/acpl {first:.4g} → {last:.4g} (Δ ")
+    assert len(printed) == 4
     for e in evals:
         assert {"eval/reward/mean", "eval/sampled/reward/mean"} <= set(e)
         assert e["eval/selfplay/legal_half_moves/n"] == 64 and "eval/sampled/selfplay/legal_half_moves" not in e

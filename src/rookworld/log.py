@@ -222,6 +222,40 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}"
 
 
+# The periodic eval's headline metrics, printed at each eval and, at the end of a run, as their change: key -> label
+EVAL_HEADLINE: Mapping[str, str] = {"eval/P/acpl": "P/acpl", "eval/P/best_move_acc": "best-move",
+                                    "eval/A/exact": "A/exact", "eval/selfplay/legal_half_moves": "self-play"}
+
+
+def _with_se(value: float, se: float | None) -> str:
+    return f"{value:.4g}" if se is None else f"{value:.4g} ± {se:.2g}"
+
+
+def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
+    """One eval's headline metrics, each ± its SE: "eval step 50 | P/acpl 3.41 ± 0.15 | best-move 0.09 ± 0.012"."""
+    parts = [f"{label} {_with_se(metrics[key], metrics.get(f'{key}/se'))}"
+             for key, label in EVAL_HEADLINE.items() if isinstance(metrics.get(key), numbers.Real)]
+    return " | ".join([f"eval step {step}", *parts])
+
+
+def eval_change(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The headline metrics' change from a run's first eval to its last (None: fewer than two). The ± is the SE of
+    the difference of two independent estimates: the same prompts make the true (paired) SE smaller, which
+    `rookworld eval --model START --model RUN/checkpoint-last` gives."""
+    if len(records) < 2:
+        return None
+    first, last = records[0], records[-1]
+    parts = []
+    for key, label in EVAL_HEADLINE.items():
+        if not (isinstance(first.get(key), numbers.Real) and isinstance(last.get(key), numbers.Real)):
+            continue
+        change = last[key] - first[key]
+        ses = [r.get(f"{key}/se") for r in (first, last)]
+        spread = "" if None in ses else f" ± {math.hypot(*ses):.2g}"
+        parts.append(f"{label} {first[key]:.4g} → {last[key]:.4g} (Δ {change:+.3g}{spread})")
+    return f"held-out change, step {first['step']} → {last['step']} (unpaired SE): " + " | ".join(parts)
+
+
 class Progress:
     """Progress of a run on stdout: step/total, a few key metrics, seconds per step and ETA.
 
@@ -282,6 +316,15 @@ class Progress:
             self._bar.update(self._task, completed=step, stats=stats)
         elif step == self.start + 1 or step % self.every == 0 or step >= self.total:
             print(f"{self.description} step {step}/{self.total} | {stats}", file=self._stream, flush=True)
+
+    def note(self, text: str) -> None:
+        """A line of its own (above the bar on a terminal)."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self._stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -690,7 +690,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     evaluation scores with the default reward, so runs with different rewards compare on one scale."""
     from rookworld.data.batches import balanced_subset
     from rookworld.hub import load_model, resolve_default_model, save_model
-    from rookworld.log import Progress, RunLogger
+    from rookworld.log import EVAL_FILE, Progress, RunLogger, eval_change, eval_line, read_records
     from rookworld.runtime import pick_device, rank_cuda_device
     from rookworld.stockfish import StockfishPool
 
@@ -772,6 +772,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         found = {f"{prefix}{k}": v for prefix, (eval_cfg, samples) in evals.items()
                  for k, v in evaluate_model(model, tokenizer, samples, eval_cfg, pool, decoder).items()}
         logger.log_eval(step, found)
+        progress.note(eval_line(step, found))
         return found
 
     run_config = {"train": asdict(cfg), "grpo": asdict(gcfg), "reward": asdict(rcfg)}
@@ -863,6 +864,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 save_checkpoint({**metrics, **evaluation})
                 good = snapshot(policy, optimizer, beta_ctl, parts)
             progress.update(state.step, metrics)
+        if eval_samples and d.main:
+            change = eval_change(read_records(out / EVAL_FILE))
+            if change:
+                progress.note(change)
     return out
 
 
