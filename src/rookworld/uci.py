@@ -32,9 +32,9 @@ from rookworld.player import (
 from rookworld.text import parse_p_completion
 
 ENGINE_NAME = "rookworld"
-VOTES = 8           # a vote of 8: +65 Elo over the greedy move in 200 games against the same model (docs/play.md)
+VOTES = 8  # a vote of 8: +65 Elo over the greedy move in 200 games against the same model (docs/play.md)
 AVOID_REPETITION = 1.0  # pawns: +41 Elo over repeating, 400 games against the same model (docs/play.md)
-MAX_VOTES = 64      # the Votes option's upper bound, which UCI's spin type needs
+MAX_VOTES = 64  # the Votes option's upper bound, which UCI's spin type needs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
