@@ -257,11 +257,27 @@ def test_the_score_of_games_paired_by_opening_has_its_se_clustered_by_pair():
     assert elo_text(paired) == "+89 (95%: -85 to +330)"
     for game in games:  # the model wins every game: no finite difference, nor an upper bound
         game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, game.model_color)
-    assert elo_text(summary(games, [], paired=True)) == "+inf (95%: +inf to +inf)"
+    # the lower bound is exact: two pairs all won have probability p^2 = 2.5% at p = 0.158, Elo -291
+    assert elo_text(summary(games, [], paired=True)) == "+inf (95%: -291 to +inf)"
+    assert elo_text(summary(games, [])) == "+inf (95%: -72 to +inf)"  # four games: p^4 = 2.5% at p = 0.398
     assert elo_text(summary(games[:1], [])) == "+inf"  # one game: no interval
     for game in games:
         game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, not game.model_color)
-    assert elo_text(summary(games, [], paired=True)) == "-inf (95%: -inf to -inf)"
+    assert summary(games, [])["elo_interval"] == [None, pytest.approx(elo_difference(1 - 0.025 ** 0.25))]
+    assert elo_text(summary(games, [], paired=True)) == "-inf (95%: -inf to +291)"
+
+
+def test_the_exact_bound_of_a_clean_sweep_tightens_with_the_games_and_covers_the_truth():
+    bounds = [elo_interval(estimate([[0.0]] * n))[1] for n in (5, 20, 100)]
+    assert bounds[0] > bounds[1] > bounds[2] and bounds[1] == pytest.approx(-277.4, abs=0.1)
+    rng = random.Random(0)
+    for truth in (0.05, 0.1, 0.2):  # a player winning that share of 20 games, else losing: it loses all 20 in 36%,
+        misses = 0                  # 12% and 1.2% of matches; the sweep's bound excludes the truth in at most 2.5%
+        for _ in range(2000):
+            points = [float(rng.random() < truth) for _ in range(20)]
+            misses += max(points) == 0.0 and elo_interval(estimate([[p] for p in points]))[1] < elo_difference(truth)
+        assert misses / 2000 <= 0.025 + 3 * (0.025 * 0.975 / 2000) ** 0.5
+
 
 
 def test_self_play_totals_count_legal_half_moves_and_how_games_stopped():

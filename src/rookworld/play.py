@@ -301,9 +301,14 @@ def elo_difference(score: float) -> float | None:
 
 def elo_interval(score: Estimate) -> list[float | None] | None:
     """The 95% interval of the Elo difference, from the score's normal interval (score ± 1.96 SE): a bound
-    beyond a score of 0 or 1 is None (unbounded); None without an SE (one game)."""
+    beyond a score of 0 or 1 is None (unbounded); None without an SE (one game). At a score of 0 or 1 (every
+    game lost or won: an SE of 0) the finite bound is exact instead: the score p at which n units (games, or
+    pairs of games) scoring in [0, 1] all score 0 with probability at most (1 - p)^n = 2.5% (all 1 likewise)."""
     if math.isnan(score.se):
         return None
+    if score.mean in (0.0, 1.0):
+        edge = 1 - 0.025 ** (1 / score.n)
+        return [None, elo_difference(edge)] if score.mean == 0.0 else [elo_difference(1 - edge), None]
     return [elo_difference(score.mean + side * 1.96 * score.se) for side in (-1, 1)]
 
 
