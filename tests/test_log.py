@@ -185,6 +185,14 @@ def test_the_change_of_a_run_is_its_first_eval_against_its_last():
         "held-out change, step 0 → 100 (unpaired SE): P/acpl 3.5 → 3.1 (Δ -0.4 ± 0.5) | "  # hypot(0.3, 0.4)
         "best-move 0.09 → 0.1 (Δ +0.01 ± 0.017) | A/exact 0.95 → 0.94 (Δ -0.01)")  # the last eval has no SE
     assert eval_change([START]) is None and eval_change([]) is None
+    deltas = {"eval/P/acpl/delta/se": 0.12, "eval/P/best_move_acc/delta/se": 0.008, "eval/A/exact/delta/se": 0.002}
+    assert eval_change([START, END | deltas]) == (
+        "held-out change, step 0 → 100 (paired SE): P/acpl 3.5 → 3.1 (Δ -0.4 ± 0.12) | "
+        "best-move 0.09 → 0.1 (Δ +0.01 ± 0.008) | A/exact 0.95 → 0.94 (Δ -0.01 ± 0.002)")
+    partly = {k: v for k, v in deltas.items() if "A/" not in k}  # one metric unpaired: all unpaired
+    assert "(unpaired SE): P/acpl 3.5 → 3.1 (Δ -0.4 ± 0.5)" in eval_change([START, END | partly])
+    resumed = {**START, "step": 60}  # a first eval after step 0 is not what the deltas are paired with
+    assert "(unpaired SE)" in eval_change([resumed, END | deltas])
 
 
 def test_a_note_is_a_line_of_its_own_beside_the_steps_and_above_a_bar():

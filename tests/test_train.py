@@ -845,7 +845,8 @@ def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_
     assert [line.split(" | ")[0] for line in printed[:3]] == ["eval step 0", "eval step 2", "eval step 3"]
     first, last = evals[0]["eval/P/acpl"], evals[-1]["eval/P/acpl"]
     assert printed[0].startswith(f"eval step 0 | P/acpl {first:.4g} ± ")
-    assert printed[3].startswith(f"held-out change, step 0 → 3 (unpaired SE): P/acpl {first:.4g} → {last:.4g} (Δ ")
+    assert printed[3].startswith(f"held-out change, step 0 → 3 (paired SE): P/acpl {first:.4g} → {last:.4g} (Δ ")
+    assert "eval/P/acpl/delta/se" in evals[-1] and "eval/sampled/P/acpl/delta/se" in evals[-1]
     assert len(printed) == 4
     for e in evals:
         assert {"eval/reward/mean", "eval/sampled/reward/mean"} <= set(e)
@@ -1100,6 +1101,31 @@ def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs,
                                    EvalConfig(batch_size=64), pool)
             recorded = checkpoint.read_info(evaluated)["metrics"]["eval/reward/mean"]
             assert again["reward/mean"] == pytest.approx(recorded, abs=1e-9)
+
+
+def test_each_eval_logs_its_paired_change_since_step_0_and_a_resumed_run_none(tiny_run_inputs, tmp_path):
+    from rookworld.data.sources import load_source
+    from rookworld.evaluate import EvalConfig, evaluate_model
+    from rookworld.hub import load_model, resolve_default_model
+    from rookworld.log import read_records
+    from rookworld.stockfish import StockfishPool
+
+    model_dir, data = resolve_default_model(), tiny_run_inputs[1]  # a model whose answers a step can change
+    options = dict(eval_every=2, checkpoint_every=2, eval_limit=8, eval_draws=0, eval_self_play=0, lr=1e-2,
+                   max_new_tokens_p=None, max_new_tokens_a=None)
+    out = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2, **options), grpo.GRPOConfig())
+    samples = load_source(str(data), "eval", limit=8).samples
+    with StockfishPool(processes=1) as pool:
+        start, last = (evaluate_model(*load_model(m), samples, EvalConfig(batch_size=64), pool)
+                       for m in (model_dir, out / checkpoint.LAST))
+    evals = read_records(out / "eval.jsonl")
+    assert [e["step"] for e in evals] == [0, 2] and not any(k.endswith("/delta") for k in evals[0])
+    change = evals[-1]["eval/reward/mean/delta"]  # the same prompts' change from the start model's own eval
+    assert change == pytest.approx(last["reward/mean"] - start["reward/mean"], abs=1e-9) and change != 0
+    assert evals[-1]["eval/reward/mean/delta/se"] > 0
+    train.main(tiny_config(model_dir, data, tmp_path / "run", steps=4, **options), grpo.GRPOConfig(), resume=str(out))
+    resumed = read_records(out / "eval.jsonl")  # the resumed process holds no step-0 values to pair with
+    assert [e["step"] for e in resumed] == [0, 2, 4] and not any(k.endswith("/delta") for k in resumed[-1])
 
 
 def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):

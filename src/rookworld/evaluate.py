@@ -8,7 +8,7 @@ gets its paired change from the first on the same prompts (NAME/delta ± NAME/de
 them (NAME@vote: maj@k, the move `rookworld play --votes k` plays). With a Stockfish pool
 the `B:` moves are judged (quality.py) in one batch per evaluation. `--self-play N` adds N greedy games of
 each model against itself (play.py), reported as selfplay/legal_half_moves. The GRPO trainer's periodic
-evaluation calls `evaluate_model` with the same settings.
+evaluation calls `model_values` with the same settings, and logs each evaluation's paired change from its first.
 """
 
 from __future__ import annotations
@@ -201,14 +201,39 @@ def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[f
     return play.per_game_values(played)
 
 
-def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
-                   decoder: FastDecoder | None = None) -> dict[str, float]:
-    """Metrics of `model` on `samples` (see model_completions and evaluate_completions), and its self-play
-    metrics (see self_play_values)."""
+@dataclass
+class Values:
+    """A model's metric values on one evaluation: per prompt (prompt_values) and per self-play game
+    (self_play_values); what its summary and its paired change from another model are made of."""
+
+    per_prompt: list[dict[str, list[float]]]
+    per_game: list[dict[str, list[float]]]
+
+
+def model_values(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
+                 decoder: FastDecoder | None = None) -> tuple[dict[str, float], Values]:
+    """Metrics of `model` on `samples` (see model_completions and summary) and its self-play metrics, with the
+    values they summarise."""
     from rookworld import metrics
 
-    result = evaluate_completions(samples, model_completions(model, tokenizer, samples, cfg, decoder), pool)
-    return result | metrics.flatten(metrics.summarize(self_play_values(model, tokenizer, cfg)))
+    groups = model_completions(model, tokenizer, samples, cfg, decoder)
+    values = Values(prompt_values(samples, groups, pool), self_play_values(model, tokenizer, cfg))
+    return summary(samples, groups, values.per_prompt) | metrics.flatten(metrics.summarize(values.per_game)), values
+
+
+def evaluate_model(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
+                   decoder: FastDecoder | None = None) -> dict[str, float]:
+    """The metrics of `model_values`."""
+    return model_values(model, tokenizer, samples, cfg, pool, decoder)[0]
+
+
+def paired_change(values: Values, first: Values, samples: Sequence[Sample]) -> dict[str, float]:
+    """NAME/delta and NAME/delta/se: the change from `first` (another model, or the same model earlier) on the
+    same prompts, clustered by game, and on the same self-play openings (metrics.paired_delta)."""
+    from rookworld.metrics import paired_delta
+
+    return (paired_delta(values.per_prompt, first.per_prompt, [sample_game(s) for s in samples])
+            | paired_delta(values.per_game, first.per_game))
 
 
 # ---------------------------------------------------------------- command
@@ -363,26 +388,20 @@ def run(args: argparse.Namespace) -> int:
         else:
             from rookworld.generation import FastDecoder
             from rookworld.hub import load_model, resolve_default_model
-            from rookworld.metrics import flatten, paired_delta, summarize
             from rookworld.runtime import fast_path, pick_device
 
             samples = _load_samples(args)
             device = pick_device(args.device, args.threads)
             fast = fast_path(cfg.fast_decode, device)
-            games = [sample_game(s) for s in samples]
-            first: tuple[list[dict[str, list[float]]], list[dict[str, list[float]]]] | None = None
+            first: Values | None = None
             for name in args.model or [str(resolve_default_model())]:
                 model, tokenizer = load_model(name, device=device)
-                groups = model_completions(model, tokenizer, samples, cfg, FastDecoder(model) if fast else None)
-                per_prompt = prompt_values(samples, groups, pool)
-                results[name] = summary(samples, groups, per_prompt)
-                per_game = self_play_values(model, tokenizer, cfg)
-                results[name].update(flatten(summarize(per_game)))
+                results[name], values = model_values(model, tokenizer, samples, cfg, pool,
+                                                     FastDecoder(model) if fast else None)
                 if first is None:
-                    first = per_prompt, per_game
+                    first = values
                 else:  # a later model: its change from the first, paired by prompt and by game (same openings)
-                    results[name].update(paired_delta(per_prompt, first[0], games))
-                    results[name].update(paired_delta(per_game, first[1]))
+                    results[name].update(paired_change(values, first, samples))
     _print_table(results)
     if args.out:
         Path(args.out).write_text(json.dumps(jsonable(results), indent=2) + "\n", encoding="utf-8")

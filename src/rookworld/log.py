@@ -239,21 +239,23 @@ def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
 
 
 def eval_change(records: Sequence[Mapping[str, Any]]) -> str | None:
-    """The headline metrics' change from a run's first eval to its last (None: fewer than two). The ± is the SE of
-    the difference of two independent estimates: the same prompts make the true (paired) SE smaller, which
-    `rookworld eval --model START --model RUN/checkpoint-last` gives."""
+    """The headline metrics' change from a run's first eval to its last (None: fewer than two), ± the paired SE
+    the last eval logged (KEY/delta/se, its change since step 0 on the same prompts) when it logged one for
+    every metric shown, else the SE of the difference of two independent estimates (larger: a resumed run
+    keeps no step-0 values to pair with)."""
     if len(records) < 2:
         return None
     first, last = records[0], records[-1]
+    keys = [key for key in EVAL_HEADLINE if all(isinstance(r.get(key), numbers.Real) for r in (first, last))]
+    paired = first["step"] == 0 and all(isinstance(last.get(f"{key}/delta/se"), numbers.Real) for key in keys)
     parts = []
-    for key, label in EVAL_HEADLINE.items():
-        if not (isinstance(first.get(key), numbers.Real) and isinstance(last.get(key), numbers.Real)):
-            continue
-        change = last[key] - first[key]
-        ses = [r.get(f"{key}/se") for r in (first, last)]
+    for key in keys:
+        ses = [last[f"{key}/delta/se"]] if paired else [r.get(f"{key}/se") for r in (first, last)]
         spread = "" if None in ses else f" ± {math.hypot(*ses):.2g}"
-        parts.append(f"{label} {first[key]:.4g} → {last[key]:.4g} (Δ {change:+.3g}{spread})")
-    return f"held-out change, step {first['step']} → {last['step']} (unpaired SE): " + " | ".join(parts)
+        change = last[key] - first[key]
+        parts.append(f"{EVAL_HEADLINE[key]} {first[key]:.4g} → {last[key]:.4g} (Δ {change:+.3g}{spread})")
+    kind = "paired" if paired else "unpaired"
+    return f"held-out change, step {first['step']} → {last['step']} ({kind} SE): " + " | ".join(parts)
 
 
 class Progress:

@@ -28,7 +28,7 @@ from rookworld import checkpoint, credit, grpo, training
 from rookworld.data.batches import A_CASES, P_CASES
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
-from rookworld.evaluate import EvalConfig, evaluate_model
+from rookworld.evaluate import EvalConfig, Values, model_values, paired_change
 from rookworld.generation import FastDecoder, check_sampling
 from rookworld.lora import LoRA
 from rookworld.model import SharedPrompts
@@ -765,12 +765,20 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         evals["eval/sampled/"] = (EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature),
                                   balanced_subset(eval_samples, cfg.eval_sampled_limit))
 
+    first_values: dict[str, Values] = {}  # each eval set's values at step 0, when this process evaluated it
+
     def held_out(step: int, pool) -> dict[str, float]:
         model = exported(policy, average)
         if decoder is not None:
             decoder.sync(model)
-        found = {f"{prefix}{k}": v for prefix, (eval_cfg, samples) in evals.items()
-                 for k, v in evaluate_model(model, tokenizer, samples, eval_cfg, pool, decoder).items()}
+        found = {}
+        for prefix, (eval_cfg, samples) in evals.items():
+            metrics, values = model_values(model, tokenizer, samples, eval_cfg, pool, decoder)
+            if step == 0:
+                first_values[prefix] = values
+            elif prefix in first_values:  # the paired change since step 0 (a resumed run has no step-0 values)
+                metrics |= paired_change(values, first_values[prefix], samples)
+            found |= {f"{prefix}{k}": v for k, v in metrics.items()}
         logger.log_eval(step, found)
         progress.note(eval_line(step, found))
         return found
