@@ -773,12 +773,12 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             decoder.sync(model)
         found = {}
         for prefix, (eval_cfg, samples) in evals.items():
-            metrics, values = model_values(model, tokenizer, samples, eval_cfg, pool, decoder)
+            result, values = model_values(model, tokenizer, samples, eval_cfg, pool, decoder)
             if step == 0:
                 first_values[prefix] = values
             elif prefix in first_values:  # the paired change since step 0 (a resumed run has no step-0 values)
-                metrics |= paired_change(values, first_values[prefix], samples)
-            found |= {f"{prefix}{k}": v for k, v in metrics.items()}
+                result |= paired_change(values, first_values[prefix], samples)
+            found |= {f"{prefix}{k}": v for k, v in result.items()}
         logger.log_eval(step, found)
         progress.note(eval_line(step, found))
         return found
