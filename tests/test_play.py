@@ -279,7 +279,6 @@ def test_the_exact_bound_of_a_clean_sweep_tightens_with_the_games_and_covers_the
         assert misses / 2000 <= 0.025 + 3 * (0.025 * 0.975 / 2000) ** 0.5
 
 
-
 def test_self_play_totals_count_legal_half_moves_and_how_games_stopped():
     games = [Game(i, None) for i in range(4)]
     games[0].model_moves = [(chess.STARTING_FEN, "e2e4")] * 3 + [(chess.STARTING_FEN, None)]

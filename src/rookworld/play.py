@@ -480,11 +480,10 @@ def elo_text(results: dict) -> str:
     """The Elo difference of a `summary` and its interval, as the report line writes them."""
     def signed(value: float | None, unbounded: str) -> str:
         return unbounded if value is None else f"{value:+.0f}"
-    won, lost = results["score"] == 1, results["score"] == 0  # no finite difference: a bound may be None too
-    text = signed(results["elo"], "+inf" if won else "-inf")
-    if results["elo_interval"] is not None:
+    text = signed(results["elo"], "+inf" if results["score"] == 1 else "-inf")  # no finite difference at 0 or 1
+    if results["elo_interval"] is not None:  # an unbounded end is the low one below, the high one above
         low, high = results["elo_interval"]
-        text += f" (95%: {signed(low, '+inf' if won else '-inf')} to {signed(high, '-inf' if lost else '+inf')})"
+        text += f" (95%: {signed(low, '-inf')} to {signed(high, '+inf')})"
     return text
 
 
