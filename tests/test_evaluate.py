@@ -175,3 +175,39 @@ def test_eval_command_bad_predictions_file_is_one_line(tmp_path, capsys):
     path.write_text('{"prompt": "X: nothing", "completion": ""}\n')
     assert cli.main(["eval", "--predictions", str(path), "--processes", "1"]) == 2
     assert "line 1" in capsys.readouterr().err
+
+
+def test_forced_choice_gives_the_target_up_to_b_and_scores_the_greedy_move():
+    """The model reads the target's own M: and E: fields and its greedy move (decoded here by argmax, token by
+    token) is judged against the target's B: move; an A sample or a P target without B: has no value."""
+    from dataclasses import replace
+
+    from rookworld.evaluate import forced_choice_values
+    from rookworld.hub import load_model, resolve_default_model
+
+    model, tokenizer = load_model(resolve_default_model())
+    ids = tokenizer.encode_prompts([P.prompt])[0] + tokenizer.encode(P.target[:P.target.index("B:") + 2])
+    start = len(ids)
+    with torch.no_grad():
+        while len(ids) < start + 6 and (len(ids) == start or ids[-1] != tokenizer.eos_id):
+            ids.append(int(model(torch.tensor([ids]))[0, -1].argmax()))
+    said = tokenizer.decode([i for i in ids[start:] if i != tokenizer.eos_id]).split()[0]
+    other = next(move for move in ANALYSIS.moves if move != said)
+    right, wrong = (replace(P, target=p_completion(ANALYSIS.moves, ANALYSIS.evals, move)) for move in (said, other))
+    cut = replace(P, target=P.target[:P.target.index("B:")])
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    values = forced_choice_values(model, tokenizer, [right, a, wrong, cut], EvalConfig(batch_size=2))
+    assert values == [{"P/forced_choice": [1.0]}, {}, {"P/forced_choice": [0.0]}, {}]
+    assert forced_choice_values(model, tokenizer, [a, cut], EvalConfig()) == [{}, {}]
+
+
+def test_model_values_report_the_forced_choice_of_every_p_prompt():
+    from rookworld.data.sources import load_source
+    from rookworld.evaluate import model_values
+    from rookworld.hub import load_model, resolve_default_model
+
+    split = load_source("embedded", "eval").samples
+    samples = [s for s in split if s.task == "P"][:6] + [s for s in split if s.task == "A"][:6]
+    result, values = model_values(*load_model(resolve_default_model()), samples, EvalConfig(batch_size=8))
+    assert result["P/forced_choice/n"] == 6
+    assert [bool(v.get("P/forced_choice")) for v in values.per_prompt] == [s.task == "P" for s in samples]

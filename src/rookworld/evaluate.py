@@ -7,7 +7,8 @@ gets its paired change from the first on the same prompts (NAME/delta ± NAME/de
 `--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k) and the pick of a vote among
 them (NAME@vote: maj@k, the move `rookworld play --votes k` plays). With a Stockfish pool
 the `B:` moves are judged (quality.py) in one batch per evaluation. `--self-play N` adds N greedy games of
-each model against itself (play.py), reported as selfplay/legal_half_moves. The GRPO trainer's periodic
+each model against itself (play.py), reported as selfplay/legal_half_moves. A model is also given each P
+prompt's target up to `B:` (P/forced_choice: its choice from the truth's candidates). The GRPO trainer's periodic
 evaluation calls `model_values` with the same settings, and logs each evaluation's paired change from its first.
 """
 
@@ -75,23 +76,30 @@ def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
 
 def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
              decoder: FastDecoder | None = None) -> list[list[str]]:
-    """cfg.samples completions of each sample's prompt, in batches of cfg.batch_size prompts; sampled by
-    `decoder` (the CUDA fast path, holding the model's weights) when given."""
+    """cfg.samples completions of each sample's prompt (see `generate`)."""
+    limits = max_new_tokens(tokenizer, samples)
+    return generate(model, tokenizer, tokenizer.encode_prompts([s.prompt for s in samples]),
+                    [limits[s.task] for s in samples], cfg, decoder)
+
+
+def generate(model, tokenizer, prompts: Sequence[list[int]], limits: Sequence[int], cfg: EvalConfig,
+             decoder: FastDecoder | None = None) -> list[list[str]]:
+    """cfg.samples completions of each prompt (ids), of at most its limit's new tokens (and the context), in
+    batches of cfg.batch_size prompts; sampled by `decoder` (the CUDA fast path, holding the model's weights)
+    when given."""
     import torch
 
     from rookworld.generation import SamplingSettings, decoding, generate_groups
 
-    limits = max_new_tokens(tokenizer, samples)
     context = model.config.n_positions
     device = model.wte.weight.device
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     out: list[list[str]] = []
-    for start in range(0, len(samples), cfg.batch_size):
-        batch = samples[start:start + cfg.batch_size]
-        ids = tokenizer.encode_prompts([s.prompt for s in batch])
+    for start in range(0, len(prompts), cfg.batch_size):
+        ids = prompts[start:start + cfg.batch_size]
         settings = [SamplingSettings(temperature=cfg.temperature, top_p=cfg.top_p,
-                                     max_new_tokens=max(1, min(limits[s.task], context - len(p))))
-                    for s, p in zip(batch, ids)]
+                                     max_new_tokens=max(1, min(limit, context - len(p))))
+                    for limit, p in zip(limits[start:start + cfg.batch_size], ids)]
         runner, step = decoding(model, decoder)
         generation = generate_groups(runner, ids, cfg.samples, settings, eos_id=tokenizer.eos_id,
                                      generator=generator, greedy=cfg.greedy, decode_step=step)
@@ -186,6 +194,33 @@ def model_completions(model, tokenizer, samples: Sequence[Sample], cfg: EvalConf
         return complete(model, tokenizer, samples, cfg, decoder)
 
 
+def forced_choice_values(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
+                         decoder: FastDecoder | None = None) -> list[dict[str, list[float]]]:
+    """Per sample, `P/forced_choice` where it applies: a P sample whose target is a whole answer (M:, E: and a
+    B: move) is given to the model up to `B:`, the truth's candidates and evals in its context (teacher-forced),
+    and scores 1.0 when the model's greedy move is the target's. The target's B: is its best-rated candidate, so
+    this measures choosing from a list apart from finding the moves and rating them."""
+    from dataclasses import replace
+
+    from rookworld import text
+
+    forced: dict[int, tuple[str, str]] = {}  # sample index: (the target up to B:, its B: move)
+    for i, sample in enumerate(samples):
+        starts = text.p_field_starts(sample.target) if sample.task == "P" else None
+        best = text.parse_p_completion(sample.target).best if starts else None
+        if best is not None:
+            forced[i] = (sample.target[:starts[-1] + len(text.P_MARKERS[-1])], best)
+    prompts = tokenizer.encode_prompts([samples[i].prompt for i in forced])
+    prompts = [ids + tokenizer.encode(head) for ids, (head, _) in zip(prompts, forced.values())]
+    limits = [len(tokenizer.encode(f" {best}")) + 1 for _, best in forced.values()]  # the move and EOS
+    with inference(model):
+        said = generate(model, tokenizer, prompts, limits, replace(cfg, samples=1), decoder) if forced else []
+    out: list[dict[str, list[float]]] = [{} for _ in samples]
+    for (i, (_, best)), (completion,) in zip(forced.items(), said):
+        out[i]["P/forced_choice"] = [float(completion.split()[:1] == [best])]
+    return out
+
+
 def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[float]]]:
     """Per game of cfg.self_play greedy games of `model` against itself (play.py: seeded by cfg.seed, from
     the default random opening, stopped at the first illegal move or the ply limit), its self-play metrics;
@@ -212,12 +247,14 @@ class Values:
 
 def model_values(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig, pool=None,
                  decoder: FastDecoder | None = None) -> tuple[dict[str, float], Values]:
-    """Metrics of `model` on `samples` (see model_completions and summary) and its self-play metrics, with the
-    values they summarise."""
+    """Metrics of `model` on `samples` (see model_completions and summary), its choice given the truth's
+    candidates (forced_choice_values) and its self-play metrics, with the values they summarise."""
     from rookworld import metrics
 
     groups = model_completions(model, tokenizer, samples, cfg, decoder)
     values = Values(prompt_values(samples, groups, pool), self_play_values(model, tokenizer, cfg))
+    for prompt, forced in zip(values.per_prompt, forced_choice_values(model, tokenizer, samples, cfg, decoder)):
+        prompt.update(forced)
     return summary(samples, groups, values.per_prompt) | metrics.flatten(metrics.summarize(values.per_game)), values
 
 
