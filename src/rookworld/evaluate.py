@@ -214,7 +214,7 @@ def forced_choice_values(model, tokenizer, samples: Sequence[Sample], cfg: EvalC
     prompts = [ids + tokenizer.encode(head) for ids, (head, _) in zip(prompts, forced.values())]
     limits = [len(tokenizer.encode(f" {best}")) + 1 for _, best in forced.values()]  # the move and EOS
     with inference(model):
-        said = generate(model, tokenizer, prompts, limits, replace(cfg, samples=1), decoder) if forced else []
+        said = generate(model, tokenizer, prompts, limits, replace(cfg, samples=1), decoder)
     out: list[dict[str, list[float]]] = [{} for _ in samples]
     for (i, (_, best)), (completion,) in zip(forced.items(), said):
         out[i]["P/forced_choice"] = [float(completion.split()[:1] == [best])]
