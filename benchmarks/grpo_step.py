@@ -1,5 +1,5 @@
 """`python benchmarks/grpo_step.py [--device cpu|cuda] [--model embedded|gpt2-124m] [--batch-size 16]
-[--group-size 8] [--steps 3] [--threads N] [--max-new-tokens N] [--bandwidth-gbs GB/S]`
+[--group-size 8] [--steps 3] [--threads N] [--max-new-tokens N] [--bandwidth-gbs GB/S] [--profile DIR]`
 
 One GRPO workload through `rookworld train`'s step and through TRL's `GRPOTrainer` (the dev extra), with
 the same weights, prompts, reward and loss settings: B prompts x G completions per optimizer step,
@@ -33,6 +33,12 @@ On CUDA the rookworld process also measures decode speed at 128 sequences (128 /
 step's prompts, every row to the max new tokens, the trainer's bf16 CUDA-graph decode) against the GPU's
 memory-bandwidth bound: per decode step the weights plus the live KV cache (prompt + tokens so far,
 averaged over the decode) must be read once; the bound is sequences / (bytes per step / bandwidth).
+
+With --profile DIR the rookworld side's timed steps run under torch.profiler (CPU, and CUDA kernels on CUDA),
+each phase a labelled span (`rookworld/collect`: sampling and rewards; `rookworld/update`: the rest): DIR gets
+`rookworld-ops.txt`, the operators by their own time (device time on CUDA), and `rookworld-trace.json`, a
+Chrome / Perfetto trace. The profiler's overhead inflates that side's timings, so a profiled run's table is not a
+speed figure.
 
 The last line of the output is `speed ratio (TRL s/step / rookworld s/step): X.XX`.
 """
@@ -71,6 +77,7 @@ class Spec:
     seed: int
     bandwidth_gbs: float | None
     fast_decode: bool | None  # the trainer's --fast-decode (None: on with CUDA)
+    profile_dir: str | None = None  # --profile: where the rookworld side's profile goes
 
 
 @dataclass
@@ -129,6 +136,27 @@ def peak_memory_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux
 
 
+def profiler(spec: Spec):
+    """torch.profiler over the timed steps (the warm-up step runs before it starts), or None."""
+    if spec.profile_dir is None:
+        return None
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if spec.device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=activities)
+
+
+def write_profile(prof, spec: Spec, name: str) -> str:
+    """The operators by their own time (device time on CUDA) and a Chrome trace, in spec.profile_dir."""
+    out = Path(spec.profile_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    key = "self_cuda_time_total" if spec.device.startswith("cuda") else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=40)
+    (out / f"{name}-ops.txt").write_text(table + "\n")
+    prof.export_chrome_trace(str(out / f"{name}-trace.json"))
+    return f"profile of the timed steps (sorted by {key}): {out / f'{name}-ops.txt'}, {out / f'{name}-trace.json'}"
+
+
 # ---------------------------------------------------------------- rookworld
 
 
@@ -160,23 +188,30 @@ def run_rookworld(spec: Spec) -> Result:
 
     result = Result("rookworld")
     result.setup_mb = memory_mark(spec.device)
+    prof = profiler(spec)
     for step, samples in enumerate(spec.batches):
+        if step == 1 and prof is not None:
+            prof.start()
         timings: dict[str, float] = {}
         sync(spec.device)
         t0 = time.perf_counter()
-        if decoder is not None:
-            decoder.sync(policy)
-        groups, summaries = rollout.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings, rcfg,
-                                          decoder)
-        adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
-        learn = train.learning_groups(groups, adv, cfg)
+        with torch.profiler.record_function("rookworld/collect"):
+            if decoder is not None:
+                decoder.sync(policy)
+            groups, summaries = rollout.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings,
+                                              rcfg, decoder)
+            adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
+            learn = train.learning_groups(groups, adv, cfg)
         t1 = time.perf_counter()
-        device = policy.wte.weight.device
-        batch = train.Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
-        train.policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta_ctl.beta, max(limits.values()), d)
+        with torch.profiler.record_function("rookworld/update"):
+            device = policy.wte.weight.device
+            batch = (train.Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn])
+                     if learn else None)
+            train.policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta_ctl.beta, max(limits.values()),
+                                d)
+            sync(spec.device)
         state.step += 1
         train.set_lr(optimizer, cfg, state)
-        sync(spec.device)
         t2 = time.perf_counter()
         if step == 0:
             continue  # warm-up
@@ -187,6 +222,9 @@ def run_rookworld(spec: Spec) -> Result:
         result.tokens.append(sum(sum(s.lengths) for s in summaries))
         print(f"  rookworld step {step}: {t2 - t0:.2f} s", file=sys.stderr)
     result.peak_mb = peak_memory_mb(spec.device)
+    if prof is not None:
+        prof.stop()
+        result.notes.append(write_profile(prof, spec, "rookworld"))
     if decoder is not None:  # the roofline is the fast path's
         result.notes.append(decode_roofline(decoder, tokenizer, spec))
     return result
@@ -408,6 +446,9 @@ def main() -> int:
                         help="rookworld's CUDA fast path, as the trainer's flag (default: on with CUDA)")
     parser.add_argument("--bandwidth-gbs", type=float, default=None,
                         help="GPU memory bandwidth for the decode roofline (default: known from the GPU's name)")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="profile rookworld's timed steps with torch.profiler into DIR (rookworld-ops.txt, "
+                             "rookworld-trace.json); the profiler slows that side, so its timings are not figures")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device visible")
@@ -434,7 +475,8 @@ def main() -> int:
         batches = [sampler.next(args.batch_size) for _ in range(args.steps + 1)]
         del train
         spec = Spec(model_dir, args.device, args.threads, batches, args.group_size, limit, args.micro_batch_size,
-                    args.seed, args.bandwidth_gbs, None if args.fast_decode is None else args.fast_decode == "true")
+                    args.seed, args.bandwidth_gbs, None if args.fast_decode is None else args.fast_decode == "true",
+                    args.profile)
         print(f"torch {torch.__version__}, {args.device}, {args.threads} threads; {args.model} model; "
               f"{args.batch_size} prompts x {args.group_size} completions, max new tokens {limit} ({limits_note}); "
               f"1 warm-up + {args.steps} timed steps",
