@@ -150,7 +150,7 @@ def write_profile(prof, spec: Spec, name: str) -> str:
     """The operators by their own time (device time on CUDA) and a Chrome trace, in spec.profile_dir."""
     out = Path(spec.profile_dir)
     out.mkdir(parents=True, exist_ok=True)
-    key = "self_cuda_time_total" if spec.device.startswith("cuda") else "self_cpu_time_total"
+    key = "self_device_time_total" if spec.device.startswith("cuda") else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=key, row_limit=40)
     (out / f"{name}-ops.txt").write_text(table + "\n")
     prof.export_chrome_trace(str(out / f"{name}-trace.json"))
