@@ -146,15 +146,15 @@ def profiler(spec: Spec):
     return torch.profiler.profile(activities=activities)
 
 
-def write_profile(prof, spec: Spec, name: str) -> str:
+def write_profile(prof, spec: Spec) -> str:
     """The operators by their own time (device time on CUDA) and a Chrome trace, in spec.profile_dir."""
     out = Path(spec.profile_dir)
     out.mkdir(parents=True, exist_ok=True)
+    ops, trace = out / "rookworld-ops.txt", out / "rookworld-trace.json"
     key = "self_device_time_total" if spec.device.startswith("cuda") else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=key, row_limit=40)
-    (out / f"{name}-ops.txt").write_text(table + "\n")
-    prof.export_chrome_trace(str(out / f"{name}-trace.json"))
-    return f"profile of the timed steps (sorted by {key}): {out / f'{name}-ops.txt'}, {out / f'{name}-trace.json'}"
+    ops.write_text(prof.key_averages().table(sort_by=key, row_limit=40) + "\n")
+    prof.export_chrome_trace(str(trace))
+    return f"profile of the timed steps (sorted by {key}): {ops}, {trace}"
 
 
 # ---------------------------------------------------------------- rookworld
@@ -224,7 +224,7 @@ def run_rookworld(spec: Spec) -> Result:
     result.peak_mb = peak_memory_mb(spec.device)
     if prof is not None:
         prof.stop()
-        result.notes.append(write_profile(prof, spec, "rookworld"))
+        result.notes.append(write_profile(prof, spec))
     if decoder is not None:  # the roofline is the fast path's
         result.notes.append(decode_roofline(decoder, tokenizer, spec))
     return result
