@@ -182,17 +182,17 @@ def test_checking_for_done_rows_every_few_steps_changes_nothing(tiny_gpt):
 
 
 def test_growing_cache_that_sheds_done_rows_samples_what_the_whole_cache_does(tiny_gpt, monkeypatch):
-    """The eager step's cache grows by CACHE_GROWTH slots and drops the rows that are done and the
-    leading slots no remaining row attends to; a replaced step gets the whole cache and every row.
-    Same seed, same samples and log-probs either way."""
+    """The eager step keeps each prompt's slots once and a cache of the rows' own tokens that grows by
+    CACHE_GROWTH slots and drops the rows that are done; a replaced step gets every row's copy of its
+    prompt, the whole cache and every row. Same seed, same samples and log-probs either way."""
     from rookworld.generation import CACHE_GROWTH
     from rookworld.model import KVCache
 
     model = tiny_gpt(n_positions=128)
     calls = []
     take_rows = KVCache.take_rows
-    monkeypatch.setattr(KVCache, "take_rows", lambda self, rows, length, start=0:
-                        calls.append((len(rows), length, start)) or take_rows(self, rows, length, start))
+    monkeypatch.setattr(KVCache, "take_rows", lambda self, rows, length:
+                        calls.append((len(rows), length)) or take_rows(self, rows, length))
     # the longest prompt (7 tokens) stops first, the shortest (2) runs longest
     settings = [SamplingSettings(max_new_tokens=n, temperature=1.5) for n in (20, 110, 70)]
     growing = generate_groups(model, PROMPTS, 4, settings, eos_id=3, generator=seeded(5))
@@ -202,11 +202,10 @@ def test_growing_cache_that_sheds_done_rows_samples_what_the_whole_cache_does(ti
     lengths = growing.completion_mask.sum(1)
     assert int(lengths.max()) > 3 * CACHE_GROWTH and int(lengths[:4].max()) <= 20
     *growth, whole = calls
-    assert growth[0] == (12, 48, 0)  # every row, prompt width 7 + CACHE_GROWTH rounded up to 16
-    rows = [n for n, _, _ in growth]
-    assert rows == sorted(rows, reverse=True) and rows[1] <= 8  # the first prompt's rows are gone ...
-    assert growth[1][2] == 7 - 4  # ... and with them the slots only its rows attended to
-    assert whole == (12, 128, 0)  # every row, the whole cache: 7 + 110 - 1 slots, aligned to 16
+    assert [length for _, length in growth] == [64, 96, 112]  # up to 110 - 1 own slots, aligned to 16
+    rows = [n for n, _ in growth]
+    assert rows == sorted(rows, reverse=True) and rows[0] <= 8  # the first prompt's rows are gone
+    assert whole == (12, 128)  # every row, the whole cache: 7 + 110 - 1 slots, aligned to 16
 
 
 def test_a_finished_long_prompt_does_not_run_past_the_context(tiny_gpt):

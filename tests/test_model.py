@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rookworld.generation import left_pad
-from rookworld.model import GPT, GPTConfig, KVCache, SharedPrompts, grow_depth, token_logprobs
+from rookworld.model import GPT, GPTConfig, KVCache, PromptPrefix, SharedPrompts, grow_depth, token_logprobs
 
 PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
 
@@ -51,6 +51,36 @@ def test_cached_decoding_equals_full_recompute(tiny_gpt):
     assert (torch.stack(cached, dim=1) - full).abs().max() <= 1e-5
 
 
+def test_decoding_over_a_prompt_prefix_equals_each_rows_copy_of_its_prompt(tiny_gpt):
+    """G rows per prompt attending to their prompt's slots kept once (a PromptPrefix) and to a cache of
+    their own tokens give the logits of rows that each hold a copy of the prompt's slots, also after
+    rows leave the batch (the prefix's `rows`)."""
+    model = tiny_gpt()
+    G, steps = 2, 5
+    ids, mask = left_pad(PROMPTS, pad_id=0)
+    width, N = ids.shape[1], len(PROMPTS) * G
+    _, prompt_cache = model.prefill(ids, mask)
+    of_row = torch.arange(N) // G
+    fed = torch.randint(0, model.config.vocab_size, (N, steps), generator=torch.Generator().manual_seed(4))
+    positions = mask.sum(1, keepdim=True)[of_row]
+    copies = prompt_cache.take_rows(of_row, width + steps)
+    copies_mask = torch.cat([mask[of_row], torch.zeros(N, steps, dtype=torch.bool)], 1)
+    prefix = PromptPrefix.of(prompt_cache, mask, G)
+    own = KVCache.empty(model.config, N, steps, "cpu", torch.float32)
+    own_mask = torch.zeros(N, steps, dtype=torch.bool)
+    for step in range(steps):
+        if step == 3:  # rows 0 and 3 leave: the prefix path keeps the others' own slots only
+            prefix.rows = torch.tensor([1, 2, 4, 5])
+            own, own_mask = own.take_rows(prefix.rows, steps), own_mask[prefix.rows]
+        rows = prefix.rows
+        copies_mask[:, width + step] = own_mask[:, step] = True
+        whole = model.decode_step(fed[:, step:step + 1], positions + step, copies, torch.tensor([width + step]),
+                                  copies_mask)
+        shared = model.decode_step(fed[rows, step:step + 1], positions[rows] + step, own.first(step + 1),
+                                   torch.tensor([step]), own_mask[:, :step + 1], prefix)
+        assert (shared - whole[rows]).abs().max() <= 1e-5
+
+
 def test_prefill_rejects_right_padding(tiny_gpt):
     model = tiny_gpt()
     with pytest.raises(ValueError, match="left-padded"):
@@ -68,10 +98,11 @@ def test_take_rows_copies_the_rows_asked_for_in_order_and_extends_with_empty_slo
     assert out.keys[:, [1, 2], :, :3].eq(1.0).all() and out.keys[:, [0, 3], :, :3].eq(2.0).all()
     assert out.values[:, [0, 3], :, :3].eq(3.0).all() and out.values[:, [1, 2]].eq(0).all()
     assert out.keys[:, :, :, 3:].eq(0).all()
-    tail = cache.take_rows(torch.tensor([1]), length=2, start=1)  # slots 1.. of row 1
-    assert tail.keys.shape == (2, 1, 2, 2, 4) and tail.keys.eq(2.0).all()
     with pytest.raises(ValueError, match="shrink"):
         cache.take_rows(torch.tensor([0]), length=2)
+    head = cache.first(2)  # a view: writes land in the cache
+    head.keys[:, 0, :, 1] = 7.0
+    assert head.keys.shape == (2, 2, 2, 2, 4) and cache.keys[:, 0, :, 1].eq(7.0).all()
 
 
 def completion_batch(model: GPT) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

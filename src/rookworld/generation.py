@@ -1,4 +1,4 @@
-"""Group sampling for GRPO: one prefill per prompt, its KV cache copied to G rows, then cached decoding.
+"""Group sampling for GRPO: one prefill per prompt, then cached decoding of its G rows.
 
 `generate_groups` takes token ids (no tokenizer here) and returns a `Generation`: the sampled ids are
 the training ids. Each prompt carries its own settings (P and A prompts sample differently in one
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from rookworld.errors import UserError
-from rookworld.model import GPT, KVCache
+from rookworld.model import GPT, KVCache, PromptPrefix
 
 CACHE_SLOT_MULTIPLE = 16
 CACHE_GROWTH = 32  # slots a growing decode cache adds when full
@@ -150,8 +150,9 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     greedy: argmax instead of sampling (evaluation; with group_size 1). pad_id: filler for padding
     (default eos_id, else 0; the masks tell it apart). decode_step: a replacement for
     `model.decode_step` with the same signature, e.g. `fast_decode_step(model)` on a GPU; it is called
-    with fixed shapes (every row, the whole cache), where the eager step's cache grows and sheds the
-    rows that are done.
+    with fixed shapes (every row with a copy of its prompt's slots, the whole cache), where the eager
+    step reads each prompt's slots once for its rows and its cache of their own tokens grows and sheds
+    the rows that are done.
     done_check_every: steps between checks whether every row is done, each a host-device sync
     (default: every step on CPU, where it costs nothing, else every 8 steps; rows done meanwhile only
     add padding, which is trimmed).
@@ -178,29 +179,32 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     logits, prompt_cache = model.prefill(prompts, prompt_mask)  # (B, V)
     rows = [s for s in per_prompt for _ in range(group_size)]
     N, max_new = len(rows), max(s.max_new_tokens for s in rows)
-    # Slots for the prompt and each token fed back (the last sampled one never is), rounded up: CUDA's
-    # memory-efficient attention wants the mask's last dimension aligned. Unused slots stay masked.
-    full_length = _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE)
-    # A replaced decode step (compiled, CUDA graph) needs fixed shapes: the whole cache from the start.
-    # The eager step gets a cache that grows by CACHE_GROWTH slots when full, keeping only the rows not
-    # yet done and the slots they attend to: decoding reads the whole cache every step, so its length
-    # and rows are what it costs.
-    growing = decode_step is None
     prompt_of_row = torch.arange(N, device=device) // group_size  # (N,)
-    cache = prompt_cache.take_rows(prompt_of_row, min(_round_up(width + CACHE_GROWTH, CACHE_SLOT_MULTIPLE),
-                                                      full_length) if growing else full_length)
-    del prompt_cache
+    # A replaced decode step (compiled, CUDA graph) needs fixed shapes: every row's copy of its prompt's
+    # slots and a slot for each token fed back (the last sampled one never is), from the start. The
+    # eager step keeps each prompt's slots once (a `PromptPrefix`: decoding reads every slot at every
+    # step, so the slots it reads are what it costs) and a cache of the rows' own tokens that grows by
+    # CACHE_GROWTH slots when full, keeping only the rows not yet done. Lengths are rounded up: CUDA's
+    # memory-efficient attention wants the mask's last dimension aligned; unused slots stay masked.
+    growing = decode_step is None
+    own_length = _round_up(max(max_new - 1, 1), CACHE_SLOT_MULTIPLE)
+    if growing:
+        first = 0  # the cache slot of the first token fed back
+        prefix = PromptPrefix.of(prompt_cache, prompt_mask, group_size)
+        cache = KVCache.empty(model.config, N, min(CACHE_GROWTH, own_length), device, prompt_cache.keys.dtype)
+    else:
+        first = width
+        cache = prompt_cache.take_rows(prompt_of_row, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
     logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
     live = torch.arange(N, device=device)  # (n,) the rows in the cache
-    dropped = 0  # leading slots the cache no longer holds
-    decode_step = decode_step or model.decode_step
     row_limit = torch.tensor([s.max_new_tokens for s in rows], device=device)  # (N,)
     filters = _RowFilters(rows, model.config.vocab_size, device)
     # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
     fed = torch.zeros(N, 1, dtype=torch.long, device=device)
     key_mask = torch.zeros(N, cache.length, dtype=torch.bool, device=device)
-    key_mask[:, :width] = prompt_mask[prompt_of_row]
-    positions = key_mask.sum(1, keepdim=True)  # (n, 1): the next token's position, counted from the first real one
+    if not growing:
+        key_mask[:, :width] = prompt_mask[prompt_of_row]
+    positions = prompt_mask.sum(1, keepdim=True)[prompt_of_row]  # (n, 1): the next token's position
     cache_index = torch.zeros(1, dtype=torch.long, device=device)
     check_every = done_check_every or (1 if device.type == "cpu" else 8)
 
@@ -221,24 +225,24 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
         done |= row_limit <= step + 1
         if step + 1 == max_new or ((step + 1) % check_every == 0 and bool(done.all())):
             break
-        slot = width + step - dropped  # the cache slot of this step's token
-        if slot == cache.length:  # only a growing cache fills up: make a longer one
-            keep = (~done[live]).nonzero().squeeze(1)  # rows done so far leave it
+        slot = first + step  # the cache slot of this step's token
+        if slot == cache.length:  # only a growing cache fills up: make a longer one of the rows not done
+            keep = (~done[live]).nonzero().squeeze(1)
             if len(keep) == 0:
                 break
-            # and so do the leading slots that are padding for every row kept (short prompts)
-            first = int(key_mask[keep].any(0).int().argmax())
-            dropped += first
-            length = min(_round_up(slot - first + CACHE_GROWTH, CACHE_SLOT_MULTIPLE),
-                         _round_up(width + max_new - 1 - dropped, CACHE_SLOT_MULTIPLE))
-            cache = cache.take_rows(keep, length, start=first)
-            key_mask = F.pad(key_mask[keep, first:], (0, first + length - key_mask.shape[1]))
+            cache = cache.take_rows(keep, min(_round_up(slot + CACHE_GROWTH, CACHE_SLOT_MULTIPLE), own_length))
+            key_mask = F.pad(key_mask[keep], (0, cache.length - key_mask.shape[1]))
             live, positions, fed = live[keep], positions[keep], fed[keep]
-            slot -= first
+            prefix.rows = live
         key_mask[:, slot] = True
         fed.copy_(sampled[live, None])
         cache_index.fill_(slot)
-        logits.index_copy_(0, live, decode_step(fed, positions, cache, cache_index, key_mask))  # (n, V) rows
+        if growing:  # the slots written so far, the only ones the rows attend to
+            step_logits = model.decode_step(fed, positions, cache.first(slot + 1), cache_index,
+                                            key_mask[:, :slot + 1], prefix)
+        else:
+            step_logits = decode_step(fed, positions, cache, cache_index, key_mask)
+        logits.index_copy_(0, live, step_logits)  # (n, V) rows
         # Rows that are done keep being fed padding; the clamp keeps their positions inside the table.
         positions.add_(1).clamp_(max=model.config.n_positions - 1)
 

@@ -9,7 +9,8 @@ Four ways through the model:
   `attention_mask` rows may be left-padded (and padded after EOS), and positions count from each row's
   first real token, exactly as in cached decoding.
 - `GPT.prefill` + `GPT.decode_step`: cached decoding with a static `KVCache` written in place; every
-  decode step has the same shapes, so `torch.compile` makes one graph of it.
+  decode step has the same shapes, so `torch.compile` makes one graph of it. With a `PromptPrefix` the
+  cache holds the rows' own tokens and each prompt's keys and values are kept once for its G rows.
 - `GPT.continuation_hidden(prompts, input_ids)`: rows that continue shared prompts (a GRPO group's
   completions), each prompt run once: the update's way.
 - `token_logprobs`: log-probs of given tokens (optionally entropy, the reference's log-probs and the
@@ -76,18 +77,78 @@ class KVCache:
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.keys[index], self.values[index]  # views: writes to them land in the cache
 
-    def take_rows(self, rows: torch.Tensor, length: int, start: int = 0) -> KVCache:
+    def first(self, length: int) -> KVCache:
+        """A view of the first `length` slots: writes to it land in this cache."""
+        return KVCache(self.keys[:, :, :, :length], self.values[:, :, :, :length])
+
+    def take_rows(self, rows: torch.Tensor, length: int) -> KVCache:
         """A new cache of `length` slots holding this cache's rows `rows` (in that order, repeats
-        allowed) from slot `start` on: copies of those slots, then empty ones."""
+        allowed): copies of their slots, then empty ones."""
         L, _, H, T, D = self.keys.shape
-        if length < T - start:
-            raise ValueError(f"cannot shrink the {T - start} slots from slot {start} on to {length}")
+        if length < T:
+            raise ValueError(f"cannot shrink a cache of {T} slots to {length}")
         shape = (L, len(rows), H, length, D)
         out = KVCache(self.keys.new_empty(shape), self.values.new_empty(shape))
         for mine, theirs in ((out.keys, self.keys), (out.values, self.values)):
-            torch.index_select(theirs[:, :, :, start:], 1, rows, out=mine[:, :, :, :T - start])
-            mine[:, :, :, T - start:].zero_()  # masked slots still enter the attention sums: no garbage
+            torch.index_select(theirs, 1, rows, out=mine[:, :, :, :T])
+            mine[:, :, :, T:].zero_()  # masked slots still enter the attention sums: no garbage
         return out
+
+
+@dataclass
+class PromptPrefix:
+    """Prompts that G decode rows each continue (row r of P * G continues prompt r // G), kept once per
+    prompt: a decode step reads a prompt's keys and values once for its G rows, not once per row."""
+
+    keys_t: torch.Tensor  # (L, P, H, D, Tp): the prompts' keys, transposed for the score matmul
+    values: torch.Tensor  # (L, P, H, Tp, D)
+    mask: torch.Tensor    # (P, Tp): the real prompt slots
+    group_size: int
+    rows: torch.Tensor    # (n,): the rows (of P * G) in the decode batch, in its order
+
+    @classmethod
+    def of(cls, cache: KVCache, mask: torch.Tensor, group_size: int) -> PromptPrefix:
+        """The prefix of the prompts in `cache` (as `GPT.prefill` returns it), every row in the batch."""
+        rows = torch.arange(mask.shape[0] * group_size, device=mask.device)
+        return cls(cache.keys.transpose(-1, -2).contiguous(), cache.values, mask, group_size, rows)
+
+    def layer(self, index: int) -> LayerPrefix:
+        return LayerPrefix(self.keys_t[index], self.values[index], self.mask, self.group_size, self.rows)
+
+
+@dataclass
+class LayerPrefix:
+    """One layer's `PromptPrefix`."""
+
+    keys_t: torch.Tensor  # (P, H, D, Tp)
+    values: torch.Tensor  # (P, H, Tp, D)
+    mask: torch.Tensor    # (P, Tp)
+    group_size: int
+    rows: torch.Tensor    # (n,)
+
+    def attend(self, q: torch.Tensor, own_scores: torch.Tensor, own_values: torch.Tensor,
+               dropout: float) -> torch.Tensor:
+        """One query per row q (n, H, 1, D) over its prompt's slots and its own: `own_scores` (n, H, T)
+        are the scaled, masked scores of its own slots, `own_values` (n, H, T, D) their values.
+        Returns (n, H, 1, D)."""
+        n, H, _, D = q.shape
+        (P, Tp), G = self.mask.shape, self.group_size
+
+        every_row = n == P * G  # rows leave in order, so then `rows` is every row in order
+
+        def grouped(t: torch.Tensor) -> torch.Tensor:  # (n, H, K) -> (P, H, G, K); rows not in the batch: zero
+            every = t if every_row else t.new_zeros(P * G, H, t.shape[-1]).index_copy_(0, self.rows, t)
+            return every.view(P, G, H, -1).transpose(1, 2)
+
+        def by_row(t: torch.Tensor) -> torch.Tensor:  # (P, H, G, K) -> (n, H, K)
+            every = t.transpose(1, 2).reshape(P * G, H, -1)
+            return every if every_row else every[self.rows]
+
+        shared = (grouped(q[:, :, 0]) @ self.keys_t).mul_(D ** -0.5)  # (P, H, G, Tp)
+        shared = by_row(shared.masked_fill_(~self.mask[:, None, None, :], float("-inf")))  # (n, H, Tp)
+        probs = F.dropout(torch.cat([shared, own_scores], -1).softmax(-1), dropout)  # (n, H, Tp + T)
+        from_prompt = by_row(grouped(probs[:, :, :Tp]) @ self.values)  # (n, H, D)
+        return from_prompt[:, :, None] + probs[:, :, None, Tp:] @ own_values
 
 
 @dataclass
@@ -131,9 +192,12 @@ class Attention(nn.Module):
         return tuple(t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                attn_mask: torch.Tensor | None) -> torch.Tensor:
+                attn_mask: torch.Tensor | None, prefix: LayerPrefix | None = None) -> torch.Tensor:
         dropout = self.dropout if self.training else 0.0
-        if q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None and not torch.is_grad_enabled():
+        if prefix is not None:  # a decode step: each row's own slots here, its prompt's in the prefix
+            own = (q @ k.transpose(-1, -2))[:, :, 0].mul_(q.shape[-1] ** -0.5)  # (n, H, T)
+            y = prefix.attend(q, own.masked_fill_(~attn_mask[:, 0], float("-inf")), v, dropout)
+        elif q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None and not torch.is_grad_enabled():
             # one query per row (a decode step): two matmuls read the cache faster than the CPU flash kernel
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~attn_mask, float("-inf"))
             y = F.dropout(scores.softmax(-1), dropout) @ v
@@ -146,16 +210,17 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                cache_index: torch.Tensor | None = None) -> torch.Tensor:
+                cache_index: torch.Tensor | None = None, prefix: LayerPrefix | None = None) -> torch.Tensor:
         """attn_mask: boolean (B, 1, T, T_keys), None for plain causal attention. With a cache, this
-        call's keys/values go to slots `cache_index` (T,) and the queries attend over all its slots."""
+        call's keys/values go to slots `cache_index` (T,) and the queries attend over all its slots (and,
+        with a prefix, a decode step's, over their prompts' slots before them)."""
         q, k, v = self._heads(x)
         if cache is not None:
             cache_k, cache_v = cache
             cache_k.index_copy_(2, cache_index, k)
             cache_v.index_copy_(2, cache_index, v)
             k, v = cache_k, cache_v  # (B, H, T_max, D)
-        return self._attend(q, k, v, attn_mask)
+        return self._attend(q, k, v, attn_mask, prefix)
 
     def shared(self, prompts: torch.Tensor, rows: torch.Tensor, x: torch.Tensor,
                key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,8 +253,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 cache: tuple[torch.Tensor, torch.Tensor] | None = None,
-                cache_index: torch.Tensor | None = None) -> torch.Tensor:
-        return self._after_attention(x, self.attn(self.ln_1(x), attn_mask, cache, cache_index))
+                cache_index: torch.Tensor | None = None, prefix: LayerPrefix | None = None) -> torch.Tensor:
+        return self._after_attention(x, self.attn(self.ln_1(x), attn_mask, cache, cache_index, prefix))
 
     def shared(self, prompts: torch.Tensor, rows: torch.Tensor, x: torch.Tensor,
                key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -225,10 +290,12 @@ class GPT(nn.Module):
                 nn.init.normal_(param, mean=0.0, std=std)
 
     def _trunk(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attn_mask: torch.Tensor | None,
-               cache: KVCache | None = None, cache_index: torch.Tensor | None = None) -> torch.Tensor:
+               cache: KVCache | None = None, cache_index: torch.Tensor | None = None,
+               prefix: PromptPrefix | None = None) -> torch.Tensor:
         x = self.drop(self.wte(input_ids) + self.wpe(position_ids))  # (B, T, C)
         for i, block in enumerate(self.h):
-            x = block(x, attn_mask, cache.layer(i) if cache is not None else None, cache_index)
+            x = block(x, attn_mask, cache.layer(i) if cache is not None else None, cache_index,
+                      prefix.layer(i) if prefix is not None else None)
         return self.ln_f(x)
 
     def hidden(self, input_ids: torch.Tensor, position_ids: torch.Tensor | None = None,
@@ -287,12 +354,15 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def decode_step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: KVCache,
-                    cache_index: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+                    cache_index: torch.Tensor, key_mask: torch.Tensor,
+                    prefix: PromptPrefix | None = None) -> torch.Tensor:
         """One token per row: input_ids and position_ids (B, 1), written to cache slot cache_index (1,);
-        key_mask (B, T_max) marks the slots to attend to (it must include slot cache_index).
-        Returns logits (B, V). Static shapes throughout, for torch.compile."""
+        key_mask (B, T_max) marks the slots to attend to (it must include slot cache_index). With a
+        prefix, the rows also attend to their prompts' slots, before the cache's (which then holds
+        the rows' own tokens only). Returns logits (B, V). Without a prefix, static shapes throughout,
+        for torch.compile."""
         attn_mask = key_mask[:, None, None, :]  # (B, 1, 1, T_max)
-        x = self._trunk(input_ids, position_ids, attn_mask, cache, cache_index)  # (B, 1, C)
+        x = self._trunk(input_ids, position_ids, attn_mask, cache, cache_index, prefix)  # (B, 1, C)
         return self.lm_head(x[:, -1])
 
     def num_parameters(self) -> int:
