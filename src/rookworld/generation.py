@@ -181,11 +181,12 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     N, max_new = len(rows), max(s.max_new_tokens for s in rows)
     prompt_of_row = torch.arange(N, device=device) // group_size  # (N,)
     # A replaced decode step (compiled, CUDA graph) needs fixed shapes: every row's copy of its prompt's
-    # slots and a slot for each token fed back (the last sampled one never is), from the start. The
-    # eager step keeps each prompt's slots once (a `PromptPrefix`: decoding reads every slot at every
-    # step, so the slots it reads are what it costs) and a cache of the rows' own tokens that grows by
-    # CACHE_GROWTH slots when full, keeping only the rows not yet done. Lengths are rounded up: CUDA's
-    # memory-efficient attention wants the mask's last dimension aligned; unused slots stay masked.
+    # slots and a slot for each token fed back (the last sampled one never is), from the start, rounded
+    # up (CUDA's memory-efficient attention wants the mask's last dimension aligned; unused slots stay
+    # masked). The eager step keeps each prompt's slots once (a `PromptPrefix`: decoding reads every slot
+    # at every step, so the slots it reads are what it costs) and a cache of the rows' own tokens that
+    # grows by CACHE_GROWTH slots when full, keeping only the rows not yet done, read up to the slot
+    # just written (its attention is matmuls: no alignment needed).
     growing = decode_step is None
     own_length = _round_up(max(max_new - 1, 1), CACHE_SLOT_MULTIPLE)
     if growing:
