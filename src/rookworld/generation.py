@@ -190,11 +190,11 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     growing = decode_step is None
     own_length = _round_up(max(max_new - 1, 1), CACHE_SLOT_MULTIPLE)
     if growing:
-        first = 0  # the cache slot of the first token fed back
+        first_slot = 0  # the cache slot of the first token fed back
         prefix = PromptPrefix.of(prompt_cache, prompt_mask, group_size)
         cache = KVCache.empty(model.config, N, min(CACHE_GROWTH, own_length), device, prompt_cache.keys.dtype)
     else:
-        first = width
+        first_slot = width
         cache = prompt_cache.take_rows(prompt_of_row, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
     logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
     live = torch.arange(N, device=device)  # (n,) the rows in the cache
@@ -226,7 +226,7 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
         done |= row_limit <= step + 1
         if step + 1 == max_new or ((step + 1) % check_every == 0 and bool(done.all())):
             break
-        slot = first + step  # the cache slot of this step's token
+        slot = first_slot + step  # the cache slot of this step's token
         if slot == cache.length:  # only a growing cache fills up: make a longer one of the rows not done
             keep = (~done[live]).nonzero().squeeze(1)
             if len(keep) == 0:
