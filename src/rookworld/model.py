@@ -100,39 +100,40 @@ class PromptPrefix:
     """Prompts that G decode rows each continue (row r of P * G continues prompt r // G), kept once per
     prompt: a decode step reads a prompt's keys and values once for its G rows, not once per row."""
 
-    keys_t: torch.Tensor  # (L, P, H, D, Tp): the prompts' keys, transposed for the score matmul
-    values: torch.Tensor  # (L, P, H, Tp, D)
-    mask: torch.Tensor    # (P, Tp): the real prompt slots
+    keys_t: torch.Tensor   # (L, P, H, D, Tp): the prompts' keys, transposed for the score matmul
+    values: torch.Tensor   # (L, P, H, Tp, D)
+    padding: torch.Tensor  # (P, 1, 1, Tp): True at the prompts' padding slots
     group_size: int
-    rows: torch.Tensor    # (n,): the rows (of P * G) in the decode batch, in its order
+    rows: torch.Tensor     # (n,): the rows (of P * G) in the decode batch, in its order
 
     @classmethod
     def of(cls, cache: KVCache, mask: torch.Tensor, group_size: int) -> PromptPrefix:
-        """The prefix of the prompts in `cache` (as `GPT.prefill` returns it), every row in the batch."""
+        """The prefix of the prompts in `cache` (as `GPT.prefill` returns it, `mask` (P, Tp) its real
+        slots), every row in the batch. Transposed keys and the padding are made once, not per step."""
         rows = torch.arange(mask.shape[0] * group_size, device=mask.device)
-        return cls(cache.keys.transpose(-1, -2).contiguous(), cache.values, mask, group_size, rows)
+        return cls(cache.keys.transpose(-1, -2).contiguous(), cache.values, ~mask[:, None, None, :], group_size, rows)
 
     def layer(self, index: int) -> LayerPrefix:
-        return LayerPrefix(self.keys_t[index], self.values[index], self.mask, self.group_size, self.rows)
+        return LayerPrefix(self.keys_t[index], self.values[index], self.padding, self.group_size, self.rows)
 
 
 @dataclass
 class LayerPrefix:
     """One layer's `PromptPrefix`."""
 
-    keys_t: torch.Tensor  # (P, H, D, Tp)
-    values: torch.Tensor  # (P, H, Tp, D)
-    mask: torch.Tensor    # (P, Tp)
+    keys_t: torch.Tensor   # (P, H, D, Tp)
+    values: torch.Tensor   # (P, H, Tp, D)
+    padding: torch.Tensor  # (P, 1, 1, Tp)
     group_size: int
-    rows: torch.Tensor    # (n,)
+    rows: torch.Tensor     # (n,)
 
     def attend(self, q: torch.Tensor, own_scores: torch.Tensor, own_values: torch.Tensor,
                dropout: float) -> torch.Tensor:
-        """One query per row q (n, H, 1, D) over its prompt's slots and its own: `own_scores` (n, H, T)
+        """One query per row q (n, H, 1, D) over its prompt's slots and its own: `own_scores` (n, H, 1, T)
         are the scaled, masked scores of its own slots, `own_values` (n, H, T, D) their values.
         Returns (n, H, 1, D)."""
         n, H, _, D = q.shape
-        (P, Tp), G = self.mask.shape, self.group_size
+        P, Tp, G = self.keys_t.shape[0], self.keys_t.shape[-1], self.group_size
 
         every_row = n == P * G  # rows leave in order, so then `rows` is every row in order
 
@@ -145,8 +146,8 @@ class LayerPrefix:
             return every if every_row else every[self.rows]
 
         shared = (grouped(q[:, :, 0]) @ self.keys_t).mul_(D ** -0.5)  # (P, H, G, Tp)
-        shared = by_row(shared.masked_fill_(~self.mask[:, None, None, :], float("-inf")))  # (n, H, Tp)
-        probs = F.dropout(torch.cat([shared, own_scores], -1).softmax(-1), dropout)  # (n, H, Tp + T)
+        shared = by_row(shared.masked_fill_(self.padding, float("-inf")))  # (n, H, Tp)
+        probs = F.dropout(torch.cat([shared, own_scores[:, :, 0]], -1).softmax(-1), dropout)  # (n, H, Tp + T)
         from_prompt = by_row(grouped(probs[:, :, :Tp]) @ self.values)  # (n, H, D)
         return from_prompt[:, :, None] + probs[:, :, None, Tp:] @ own_values
 
@@ -194,13 +195,15 @@ class Attention(nn.Module):
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 attn_mask: torch.Tensor | None, prefix: LayerPrefix | None = None) -> torch.Tensor:
         dropout = self.dropout if self.training else 0.0
-        if prefix is not None:  # a decode step: each row's own slots here, its prompt's in the prefix
-            own = (q @ k.transpose(-1, -2))[:, :, 0].mul_(q.shape[-1] ** -0.5)  # (n, H, T)
-            y = prefix.attend(q, own.masked_fill_(~attn_mask[:, 0], float("-inf")), v, dropout)
-        elif q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None and not torch.is_grad_enabled():
-            # one query per row (a decode step): two matmuls read the cache faster than the CPU flash kernel
+        if prefix is not None or (q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None
+                                  and not torch.is_grad_enabled()):
+            # one query per row (a decode step): two matmuls read the cache faster than the CPU flash kernel;
+            # with a prefix, these are the row's own slots and its prompt's are in the prefix
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~attn_mask, float("-inf"))
-            y = F.dropout(scores.softmax(-1), dropout) @ v
+            if prefix is not None:
+                y = prefix.attend(q, scores, v, dropout)
+            else:
+                y = F.dropout(scores.softmax(-1), dropout) @ v
         else:
             with nullcontext() if q.shape[2] == 1 else sdpa_kernel(VARIABLE_SHAPE_BACKENDS):
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None,
