@@ -389,3 +389,76 @@ def test_fast_decoder_needs_cuda(tiny_gpt):
 
     with pytest.raises(ValueError, match="needs the model on a CUDA device"):
         FastDecoder(tiny_gpt())
+
+
+def completion_distribution(model: GPT, prompt: list[int], settings: SamplingSettings, eos_id: int,
+                            prefix: tuple[int, ...] = ()) -> dict[tuple[int, ...], float]:
+    """The exact chance of every completion (EOS included), by walking the tree of prefixes."""
+    if len(prefix) == settings.max_new_tokens or (prefix and prefix[-1] == eos_id):
+        return {prefix: 1.0}
+    logits = model(torch.tensor([prompt + list(prefix)]))[0, -1]
+    probs = filtered_distribution(logits, settings.temperature, settings.top_k, settings.top_p)
+    chances: dict[tuple[int, ...], float] = {}
+    for token in probs.nonzero().squeeze(1).tolist():
+        for completion, p in completion_distribution(model, prompt, settings, eos_id, prefix + (token,)).items():
+            chances[completion] = chances.get(completion, 0.0) + float(probs[token]) * p
+    return chances
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p, draft", [
+    (1.0, 0, 1.0, "likely"), (0.8, 3, 1.0, "likely"), (1.5, 0, 0.7, "likely"), (1.0, 0, 1.0, [0, 3, 5]),
+    (1.0, 0, 1.0, [2, 5])])
+def test_drafted_rows_follow_the_models_own_sampling_distribution(tiny_gpt, temperature, top_k, top_p, draft):
+    model, prompt, eos, rows = tiny_gpt(vocab_size=6), [3, 1, 2], 5, 8000
+    settings = SamplingSettings(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=3)
+    exact = completion_distribution(model, prompt, settings, eos)
+    if draft == "likely":  # the likeliest completion: most rows take the whole draft
+        draft = list(max(exact, key=exact.get))
+    out = generate_groups(model, [prompt], rows, settings, eos_id=eos, generator=seeded(4), drafts=[draft])
+    ids = out.sequences[:, out.prompt_width:].tolist()
+    counts: dict[tuple[int, ...], int] = {}
+    for row, n in zip(ids, out.completion_mask.sum(1).tolist()):
+        counts[tuple(row[:n])] = counts.get(tuple(row[:n]), 0) + 1
+    assert set(counts) <= set(exact)  # nothing the model (and its filter) cannot sample
+    assert max(abs(counts.get(c, 0) / rows - p) for c, p in exact.items()) < 0.02
+    assert counts.get(tuple(draft), 0) / rows == pytest.approx(exact.get(tuple(draft), 0.0), abs=0.02)
+
+
+def test_drafted_rows_log_probs_are_the_models(tiny_gpt):
+    model, temperature = tiny_gpt(), 0.7
+    settings = SamplingSettings(temperature=temperature, max_new_tokens=9)
+    likely = [greedy_by_recompute(model, p, 9)[:5] + [1] for p in PROMPTS]  # EOS 1 after five likely tokens
+    drafts = [likely[0], None, [4, 4, 4, 4]]
+    out = generate_groups(model, PROMPTS, 5, settings, eos_id=1, generator=seeded(2), drafts=drafts)
+    recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask,
+                                temperature=torch.full((len(out.sequences),), temperature)).logp
+    assert (out.logprobs - recomputed).abs().max() <= 1e-5
+    assert out.logprobs[~out.completion_mask].eq(0).all()
+    assert out.finished.tolist() == [c[-1] == 1 for c in
+                                     (row[:n] for row, n in zip(out.sequences[:, out.prompt_width:].tolist(),
+                                                                out.completion_mask.sum(1).tolist()))]
+
+
+def test_rows_that_take_their_whole_draft_are_not_decoded(tiny_gpt, monkeypatch):
+    model = tiny_gpt()
+    settings = SamplingSettings(temperature=0.02, max_new_tokens=6)  # nearly greedy: the likely draft is taken
+    drafts = [greedy_by_recompute(model, p, 6) for p in PROMPTS]
+    steps = []
+    original = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *args: steps.append(1) or original(*args))
+    out = generate_groups(model, PROMPTS, 4, settings, eos_id=None, generator=seeded(0), drafts=drafts)
+    assert out.completions() == [d for d in drafts for _ in range(4)]
+    assert not steps  # every row took its whole draft, to its limit: nothing was decoded
+    out = generate_groups(model, PROMPTS, 4, settings, eos_id=None, generator=seeded(0),
+                          drafts=[drafts[0], [(d + 1) % 67 for d in drafts[1]], None])
+    assert out.completions()[:4] == [drafts[0]] * 4
+    assert out.completions()[4:] == [drafts[1]] * 4 + [drafts[2]] * 4  # refused drafts: the model's own picks
+    assert 0 < len(steps) <= 5
+
+
+def test_drafts_are_checked(tiny_gpt):
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="drafts are for sampling"):
+        generate_groups(model, PROMPTS, 1, SamplingSettings(), eos_id=None, greedy=True, drafts=[[1]] * 3)
+    with pytest.raises(ValueError, match="one per prompt: got 1 for 3"):
+        generate_groups(model, PROMPTS, 1, SamplingSettings(), eos_id=None, generator=seeded(0), drafts=[[1]])

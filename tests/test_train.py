@@ -432,6 +432,42 @@ def test_p_choice_groups_sample_only_the_b_move_after_the_greedy_fields(tmp_path
         train.main(replace(cfg, out=str(tmp_path / "run")), grpo.GRPOConfig(credit="field"))
 
 
+def test_a_rows_are_sampled_from_their_labels_as_drafts(monkeypatch):
+    """--draft-a (default true): the A prompts' labels are the drafts of speculative sampling, the P prompts have
+    none; the shipped model reproduces most labels whole, its rows' log-probs are the model's, and with
+    --draft-a false every row is decoded, to about as many exact rows."""
+    from rookworld import generation
+    from rookworld.hub import load_model, resolve_default_model
+    from rookworld.model import token_logprobs
+
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    assert train.configs_from_args(parser.parse_args(["--draft-a", "false"]))[0].draft_a is False
+    cfg = train.TrainConfig(data="embedded", group_size=16, threads=1, processes=1)
+    assert cfg.draft_a
+    policy, tokenizer = load_model(resolve_default_model())
+    samples = train.load_data(cfg)[0]
+    part = [s for s in samples if s.task == "A"][:6] + [next(s for s in samples if s.task == "P")]
+    limits, G = rollout.completion_limits(cfg, tokenizer, samples, policy.config.n_positions), cfg.group_size
+    drafts_seen = []
+    original = generation.generate_groups
+    monkeypatch.setattr(rollout, "generate_groups",
+                        lambda *a, **k: drafts_seen.append(k.get("drafts")) or original(*a, **k))
+    exact = {}
+    for draft in (True, False):
+        gen, texts, settings, _ = rollout.sample_chunk(policy, tokenizer, part, replace(cfg, draft_a=draft), limits,
+                                                       rollout.chunk_generator(0, 0, 0, torch.device("cpu")))
+        exact[draft] = sum(t == part[r // G].target for r, t in enumerate(texts[:6 * G]))
+        temperature = torch.tensor([settings[r // G].temperature for r in range(len(texts))])
+        recomputed = token_logprobs(policy, gen.sequences, gen.completion_mask, gen.attention_mask,
+                                    temperature=temperature).logp
+        assert (gen.logprobs - recomputed).abs().max() <= 1e-4
+    labels = drafts_seen[0]
+    assert [tokenizer.decode(d[:-1]) for d in labels[:6]] == [s.target for s in part[:6]] and labels[6] is None
+    assert drafts_seen[1] is None
+    assert exact[True] >= 0.75 * 6 * G and abs(exact[True] - exact[False]) <= 0.1 * 6 * G
+
+
 def test_p_choice_trains_and_falls_back_to_whole_answers_without_the_fields(tiny_run_inputs, tmp_path):
     """A random model's greedy P completion has no M:/E:/B: fields: its P groups sample whole answers."""
     model_dir, data = tiny_run_inputs
@@ -918,8 +954,10 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     torch.multiprocessing.start_processes(_ddp_worker, args=(2, _free_port(), ddp_cfg, gcfg), nprocs=2,
                                           start_method="spawn")
     ddp = weights(tmp_path / "ddp")
-    for k in single:  # float rounding: each rank groups its own rows into micro-batches by length
-        torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=5e-6)
+    # Float rounding: each rank groups its own rows into micro-batches by length, and AdamW divides a near-zero
+    # gradient by its own size, so such a weight's step carries the rounding (up to 9e-6 seen; lr is 1e-3).
+    for k in single:
+        torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=2e-5)
     # the logged step stats cover every rank's groups, not rank 0's alone
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
         for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll"):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from rookworld.errors import UserError
-from rookworld.model import GPT, KVCache, PromptPrefix
+from rookworld.model import GPT, KVCache, PromptPrefix, SharedPrompts
 
 CACHE_SLOT_MULTIPLE = 16
 CACHE_GROWTH = 32  # slots a growing decode cache adds when full
@@ -123,26 +123,116 @@ class _RowFilters:
         needs_sort = any(s.top_k == 0 and s.top_p < 1 for s in settings)
         self.candidates = vocab_size if needs_sort else min(max(s.top_k for s in settings), vocab_size)
 
-    def sample(self, scaled: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """One token id per row (N,) from temperature-scaled float logits (N, V)."""
-        if not self.any_filtered:
-            return sample_from(F.softmax(scaled, dim=-1), generator)
+    def _candidates(self, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filtered rows' candidate probabilities (N, K) and token ids (N, K), best first."""
         values, indices = scaled.topk(self.candidates, dim=-1)  # (N, K), best first
         keep = torch.arange(values.shape[1], device=values.device) < self.top_k  # (N, K)
         probs = F.softmax(values.masked_fill(~keep, float("-inf")), dim=-1)
         keep &= (probs.cumsum(-1) - probs) < self.top_p  # nucleus: the mass before a token is below top_p
-        probs = F.softmax(values.masked_fill(~keep, float("-inf")), dim=-1)
+        return F.softmax(values.masked_fill(~keep, float("-inf")), dim=-1), indices
+
+    def sample(self, scaled: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """One token id per row (N,) from temperature-scaled float logits (N, V)."""
+        if not self.any_filtered:
+            return sample_from(F.softmax(scaled, dim=-1), generator)
+        probs, indices = self._candidates(scaled)
         tokens = indices.gather(-1, sample_from(probs, generator)[:, None]).squeeze(-1)  # (N,)
         if self.any_unfiltered:
             tokens = torch.where(self.filtered, tokens, sample_from(F.softmax(scaled, dim=-1), generator))
         return tokens
+
+    def distribution(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The probabilities (N, V) that `sample` draws each row's token from."""
+        probs = F.softmax(scaled, dim=-1)
+        if not self.any_filtered:
+            return probs
+        kept, indices = self._candidates(scaled)
+        return torch.where(self.filtered[:, None], torch.zeros_like(probs).scatter_(-1, indices, kept), probs)
+
+
+@dataclass
+class _Forced:
+    """The tokens each row must start with, drawn from its prompt's draft (`_drafted`)."""
+
+    tokens: torch.Tensor  # (N, F) long: the first `count` tokens of each row, pad after
+    logp: torch.Tensor    # (N, F) float32: their log-probs at the row's temperature (full vocabulary)
+    count: torch.Tensor   # (N,) long: forced tokens per row (0: none)
+    whole: torch.Tensor   # (N,) bool: the forced tokens are the row's whole completion (EOS or its limit)
+
+
+def _drafted(model: GPT, prompt_ids: Sequence[Sequence[int]], drafts: Sequence[Sequence[int] | None],
+             group_size: int, per_prompt: Sequence[SamplingSettings], eos_id: int | None, pad: int,
+             generator: torch.Generator) -> _Forced:
+    """Speculative sampling with a fixed draft per prompt (e.g. its label): each of a prompt's rows takes
+    the draft's tokens one by one, each with the probability the model gives it there, and at its first
+    refusal draws the next token from the model's distribution without the draft's token. That is the
+    model's own sampling distribution, exactly (speculative decoding with a deterministic draft): the
+    chance of a token is p if it is the draft's, (1 - p) * q / (1 - p) = q if not. One forward pass over
+    the drafts replaces decoding for the rows that take a whole draft."""
+    device = model.wte.weight.device
+    N, G = len(prompt_ids) * group_size, group_size
+    cut = []  # each draft to its first EOS and its prompt's token limit
+    for d, s in zip(drafts, per_prompt):
+        d = list(d or [])[:s.max_new_tokens]
+        cut.append(d[:d.index(eos_id) + 1] if eos_id in d else d)
+    drafted = [b for b, d in enumerate(cut) if d]
+    width = max((len(cut[b]) for b in drafted), default=1)
+    forced = _Forced(torch.full((N, width), pad, dtype=torch.long, device=device),
+                     torch.zeros(N, width, device=device), torch.zeros(N, dtype=torch.long, device=device),
+                     torch.zeros(N, dtype=torch.bool, device=device))
+    if not drafted:
+        return forced
+    D = len(drafted)
+    lengths = torch.tensor([len(cut[b]) for b in drafted], device=device)  # (D,)
+    tokens = torch.full((D, width), pad, dtype=torch.long, device=device)
+    for i, b in enumerate(drafted):
+        tokens[i, :len(cut[b])] = torch.tensor(cut[b], device=device)
+    prompts = torch.full((D, max(len(prompt_ids[b]) for b in drafted)), pad, dtype=torch.long, device=device)
+    for i, b in enumerate(drafted):
+        prompts[i, :len(prompt_ids[b])] = torch.tensor(prompt_ids[b], device=device)
+    shared = SharedPrompts(prompts, torch.tensor([len(prompt_ids[b]) for b in drafted], device=device),
+                           torch.arange(D, device=device))
+    logits = model.lm_head(model.continuation_hidden(shared, tokens)).float()  # (D, W, V): entry t predicts token t
+    settings = [per_prompt[b] for b in drafted for _ in range(width)]
+    filters = _RowFilters(settings, model.config.vocab_size, device)
+    scaled = logits.view(D * width, -1) / filters.temperature
+    probs = filters.distribution(scaled).view(D, width, -1)
+    logp = F.log_softmax(scaled, dim=-1).view(D, width, -1).gather(-1, tokens[..., None]).squeeze(-1)  # (D, W)
+    accept = probs.gather(-1, tokens[..., None]).squeeze(-1)  # (D, W): the chance of taking each draft token
+    in_draft = torch.arange(width, device=device) < lengths[:, None]  # (D, W)
+    refused = (torch.rand(D, G, width, generator=generator, device=device) >= accept[:, None]) & in_draft[:, None]
+    taken = torch.where(refused.any(-1), refused.int().argmax(-1), lengths[:, None])  # (D, G): draft tokens taken
+    at = taken.clamp(max=width - 1)  # the refused position (rows that took the whole draft: unused)
+    rest = probs[torch.arange(D, device=device)[:, None], at]  # (D, G, V)
+    rest.scatter_(-1, tokens.gather(1, at)[..., None], 0.0)  # the draft's token refused: the others, renormalised
+    other = sample_from(rest.view(D * G, -1), generator).view(D, G)
+    other_logp = F.log_softmax(scaled.view(D, width, -1), dim=-1)[torch.arange(D, device=device)[:, None], at] \
+        .gather(-1, other[..., None]).squeeze(-1)  # (D, G)
+    limits = torch.tensor([per_prompt[b].max_new_tokens for b in drafted], device=device)[:, None]  # (D, 1)
+    rows = (torch.tensor(drafted, device=device)[:, None] * G + torch.arange(G, device=device)).view(-1)
+    took_all = taken == lengths[:, None]  # (D, G)
+    count = torch.where(took_all, taken, taken + 1)  # (D, G)
+    row_tokens = tokens[:, None].expand(D, G, width).clone()
+    row_logp = logp[:, None].expand(D, G, width).clone()
+    position = torch.arange(width, device=device)
+    row_tokens = torch.where(position == taken[..., None], other[..., None], row_tokens)
+    row_logp = torch.where(position == taken[..., None], other_logp[..., None], row_logp)
+    beyond = position >= count[..., None]
+    forced.tokens[rows] = row_tokens.masked_fill(beyond, pad).view(D * G, width)
+    forced.logp[rows] = row_logp.masked_fill(beyond, 0.0).view(D * G, width)
+    forced.count[rows] = count.view(-1)
+    last = row_tokens.gather(-1, (count - 1)[..., None]).squeeze(-1)  # (D, G)
+    ended = (last == eos_id) if eos_id is not None else torch.zeros_like(took_all)
+    forced.whole[rows] = (ended | (count >= limits)).view(-1)
+    return forced
 
 
 @torch.no_grad()
 def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size: int,
                     settings: SamplingSettings | Sequence[SamplingSettings], eos_id: int | None,
                     generator: torch.Generator | None = None, greedy: bool = False, pad_id: int | None = None,
-                    decode_step: DecodeStep | None = None, done_check_every: int | None = None) -> Generation:
+                    decode_step: DecodeStep | None = None, done_check_every: int | None = None,
+                    drafts: Sequence[Sequence[int] | None] | None = None) -> Generation:
     """Sample `group_size` completions of each prompt (a list of token ids).
 
     settings: one for all prompts or one per prompt. eos_id: a row stops after sampling it (None: rows
@@ -156,6 +246,9 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     done_check_every: steps between checks whether every row is done, each a host-device sync
     (default: every step on CPU, where it costs nothing, else every 8 steps; rows done meanwhile only
     add padding, which is trimmed).
+    drafts: per prompt, token ids its rows are likely to sample (e.g. the prompt's label; None: no draft).
+    Rows are then sampled speculatively from the draft (`_drafted`): the same distribution, and a row that
+    takes its whole draft, to EOS or its limit, is never decoded. Sampling only.
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("generate_groups needs at least one prompt, each with at least one token")
@@ -163,6 +256,9 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if not greedy and generator is None:
         raise ValueError("sampling needs an explicit seeded torch.Generator")
+    if drafts is not None and (greedy or len(drafts) != len(prompt_ids)):
+        raise ValueError(f"drafts are for sampling, one per prompt: got {len(drafts)} for {len(prompt_ids)} "
+                         f"prompts{' with greedy=True' if greedy else ''}")
     per_prompt = [settings] * len(prompt_ids) if isinstance(settings, SamplingSettings) else list(settings)
     if len(per_prompt) != len(prompt_ids):
         raise ValueError(f"{len(per_prompt)} settings for {len(prompt_ids)} prompts")
@@ -189,38 +285,52 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     # just written (its attention is matmuls: no alignment needed).
     growing = decode_step is None
     own_length = _round_up(max(max_new - 1, 1), CACHE_SLOT_MULTIPLE)
-    if growing:
-        first_slot = 0  # the cache slot of the first token fed back
-        prefix = PromptPrefix.of(prompt_cache, prompt_mask, group_size)
-        cache = KVCache.empty(model.config, N, min(CACHE_GROWTH, own_length), device, prompt_cache.keys.dtype)
-    else:
-        first_slot = width
-        cache = prompt_cache.take_rows(prompt_of_row, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
-    logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
-    live = torch.arange(N, device=device)  # (n,) the rows in the cache
-    row_limit = torch.tensor([s.max_new_tokens for s in rows], device=device)  # (N,)
-    filters = _RowFilters(rows, model.config.vocab_size, device)
-    # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
-    fed = torch.zeros(N, 1, dtype=torch.long, device=device)
-    key_mask = torch.zeros(N, cache.length, dtype=torch.bool, device=device)
-    if not growing:
-        key_mask[:, :width] = prompt_mask[prompt_of_row]
-    positions = prompt_mask.sum(1, keepdim=True)[prompt_of_row]  # (n, 1): the next token's position
-    cache_index = torch.zeros(1, dtype=torch.long, device=device)
-    check_every = done_check_every or (1 if device.type == "cpu" else 8)
-
+    forced = None if drafts is None else _drafted(model, prompt_ids, drafts, group_size, per_prompt, eos_id, pad,
+                                                  generator)
     tokens = torch.full((N, max_new), pad, dtype=torch.long, device=device)
     token_logp = torch.zeros(N, max_new, dtype=torch.float32, device=device)
     in_completion = torch.zeros(N, max_new, dtype=torch.bool, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
-    for step in range(max_new):
+    if forced is not None:  # rows that took their whole draft are complete before decoding starts
+        done, F_ = forced.whole.clone(), forced.tokens.shape[1]
+        whole = forced.whole[:, None] & (torch.arange(F_, device=device) < forced.count[:, None])  # (N, F)
+        tokens[:, :F_] = torch.where(whole, forced.tokens, pad)
+        token_logp[:, :F_] = torch.where(whole, forced.logp, 0.0)
+        in_completion[:, :F_] = whole
+    # the rows in the cache: a growing cache holds only the rows still to decode
+    live = (~done).nonzero().squeeze(1) if growing else torch.arange(N, device=device)  # (n,)
+    if growing:
+        first_slot = 0  # the cache slot of the first token fed back
+        prompts_kv = PromptPrefix.of(prompt_cache, prompt_mask, group_size)
+        prefix = prompts_kv.kept(live) if len(live) else None
+        cache = KVCache.empty(model.config, len(live), min(CACHE_GROWTH, own_length), device,
+                              prompt_cache.keys.dtype)
+    else:
+        first_slot = width
+        cache = prompt_cache.take_rows(prompt_of_row, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
+    logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
+    row_limit = torch.tensor([s.max_new_tokens for s in rows], device=device)  # (N,)
+    filters = _RowFilters(rows, model.config.vocab_size, device)
+    # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
+    fed = torch.zeros(len(live), 1, dtype=torch.long, device=device)
+    key_mask = torch.zeros(len(live), cache.length, dtype=torch.bool, device=device)
+    if not growing:
+        key_mask[:, :width] = prompt_mask[prompt_of_row]
+    positions = prompt_mask.sum(1, keepdim=True)[prompt_of_row][live]  # (n, 1): the next token's position
+    cache_index = torch.zeros(1, dtype=torch.long, device=device)
+    check_every = done_check_every or (1 if device.type == "cpu" else 8)
+
+    for step in range(max_new if len(live) else 0):
         scaled = logits.float() / filters.temperature  # (N, V)
         logp_all = F.log_softmax(scaled, dim=-1)  # (N, V)
         sampled = logp_all.argmax(-1) if greedy else filters.sample(scaled, generator)  # (N,)
-        sampled = sampled.masked_fill(done, pad)
+        if forced is not None and step < forced.tokens.shape[1]:  # a row's draft tokens come first
+            sampled = torch.where(step < forced.count, forced.tokens[:, step], sampled)
+        # rows done keep what they hold: padding, or the whole draft they took
+        sampled = torch.where(done, tokens[:, step], sampled)
         tokens[:, step] = sampled
-        token_logp[:, step] = logp_all.gather(-1, sampled[:, None]).squeeze(-1).masked_fill(done, 0.0)
-        in_completion[:, step] = ~done
+        token_logp[:, step] = torch.where(done, token_logp[:, step], logp_all.gather(-1, sampled[:, None]).squeeze(-1))
+        in_completion[:, step] |= ~done
         if eos_id is not None:
             done |= sampled == eos_id
         done |= row_limit <= step + 1
@@ -234,7 +344,7 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
             cache = cache.take_rows(keep, min(_round_up(slot + CACHE_GROWTH, CACHE_SLOT_MULTIPLE), own_length))
             key_mask = F.pad(key_mask[keep], (0, cache.length - key_mask.shape[1]))
             live, positions, fed = live[keep], positions[keep], fed[keep]
-            prefix.rows = live
+            prefix = prompts_kv.kept(live)
         key_mask[:, slot] = True
         fed.copy_(sampled[live, None])
         cache_index.fill_(slot)

@@ -113,6 +113,19 @@ class PromptPrefix:
         rows = torch.arange(mask.shape[0] * group_size, device=mask.device)
         return cls(cache.keys.transpose(-1, -2).contiguous(), cache.values, ~mask[:, None, None, :], group_size, rows)
 
+    def kept(self, rows: torch.Tensor) -> PromptPrefix:
+        """This prefix for the decode rows `rows` (numbered as in `of`'s P * G) alone: without the prompts
+        none of them continues, nor the padding columns all the others share. A decode step reads every slot
+        of the prefix; a long prompt whose rows are done no longer widens the short ones."""
+        G, P = self.group_size, self.padding.shape[0]
+        prompts = torch.unique(rows // G)  # (P',), sorted
+        first = int((~self.padding[prompts, 0, 0]).int().argmax(-1).min())  # left padding: the first column in use
+        number = torch.full((P,), -1, dtype=torch.long, device=rows.device)
+        number[prompts] = torch.arange(len(prompts), device=rows.device)
+        return PromptPrefix(self.keys_t[:, prompts, ..., first:].contiguous(),
+                            self.values[:, prompts, :, first:].contiguous(), self.padding[prompts, ..., first:],
+                            G, number[rows // G] * G + rows % G)
+
     def layer(self, index: int) -> LayerPrefix:
         return LayerPrefix(self.keys_t[index], self.values[index], self.padding, self.group_size, self.rows)
 

@@ -115,8 +115,10 @@ def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, lim
     prefixes = choice_prefixes(runner, step, tokenizer, samples, ids, settings, cfg.p_choice)
     ids = [i + p for i, p in zip(ids, prefixes)]
     settings = [replace(s, max_new_tokens=s.max_new_tokens - len(p)) for s, p in zip(settings, prefixes)]
+    drafts = [tokenizer.encode(s.target) + [tokenizer.eos_id] if s.task == "A" else None
+              for s in samples] if cfg.draft_a else None  # the label: the completion A's rows mostly sample
     gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
-                          decode_step=step)
+                          decode_step=step, drafts=drafts)
     if cfg.p_expert:
         gen = with_labels(gen, samples, tokenizer)
     heads = tokenizer.decode_batch(prefixes)

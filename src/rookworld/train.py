@@ -105,6 +105,9 @@ class TrainConfig:
     zero_std: str = field(default="resample", metadata={"help": "groups whose G rewards are equal: keep, drop "
                                                     "(out of the loss) or resample (replace with new prompts)"})
     resample_rounds: int = field(default=2, metadata={"help": "zero_std=resample: extra rollout rounds at most"})
+    draft_a: bool = field(default=True, metadata={
+        "help": "sample A completions speculatively with the label as the draft: the same distribution, and the "
+                "rows that reproduce the label whole are never decoded (false: decode every row)"})
     kl_max: float = field(default=1.0, metadata={"help": "roll back to the last good state when the step's "
                                                  "mean KL exceeds this (0: off)"})
     reward_drop: float = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward falls this "
