@@ -186,13 +186,20 @@ def test_growing_cache_that_sheds_done_rows_samples_what_the_whole_cache_does(ti
     CACHE_GROWTH slots and drops the rows that are done; a replaced step gets every row's copy of its
     prompt, the whole cache and every row. Same seed, same samples and log-probs either way."""
     from rookworld.generation import CACHE_GROWTH
-    from rookworld.model import KVCache
+    from rookworld.model import KVCache, PromptPrefix
 
     model = tiny_gpt(n_positions=128)
-    calls = []
-    take_rows = KVCache.take_rows
+    calls, widths = [], []
+    take_rows, kept = KVCache.take_rows, PromptPrefix.kept
     monkeypatch.setattr(KVCache, "take_rows", lambda self, rows, length:
                         calls.append((len(rows), length)) or take_rows(self, rows, length))
+
+    def kept_widths(self, rows):
+        prefix = kept(self, rows)
+        widths.append(tuple(prefix.keys_t.shape[1:2]) + (prefix.keys_t.shape[-1],))  # (prompts, slots)
+        return prefix
+
+    monkeypatch.setattr(PromptPrefix, "kept", kept_widths)
     # the longest prompt (7 tokens) stops first, the shortest (2) runs longest
     settings = [SamplingSettings(max_new_tokens=n, temperature=1.5) for n in (20, 110, 70)]
     growing = generate_groups(model, PROMPTS, 4, settings, eos_id=3, generator=seeded(5))
@@ -206,6 +213,8 @@ def test_growing_cache_that_sheds_done_rows_samples_what_the_whole_cache_does(ti
     rows = [n for n, _ in growth]
     assert rows == sorted(rows, reverse=True) and rows[0] <= 8  # the first prompt's rows are gone
     assert whole == (12, 128)  # every row, the whole cache: 7 + 110 - 1 slots, aligned to 16
+    # the prefix: all three prompts, 7 slots wide; then, the first prompt's rows done, the other two, 4 wide
+    assert widths[0] == (3, 7) and widths[-1] in ((2, 4), (1, 2)) and (2, 4) in widths
 
 
 def test_a_finished_long_prompt_does_not_run_past_the_context(tiny_gpt):

@@ -150,6 +150,13 @@ class _RowFilters:
         return torch.where(self.filtered[:, None], torch.zeros_like(probs).scatter_(-1, indices, kept), probs)
 
 
+def _right_padded(sequences: Sequence[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
+    ids = torch.full((len(sequences), max(map(len, sequences))), pad, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return ids.to(device)
+
+
 @dataclass
 class _Forced:
     """The tokens each row must start with, drawn from its prompt's draft (`_drafted`)."""
@@ -184,13 +191,9 @@ def _drafted(model: GPT, prompt_ids: Sequence[Sequence[int]], drafts: Sequence[S
         return forced
     D = len(drafted)
     lengths = torch.tensor([len(cut[b]) for b in drafted], device=device)  # (D,)
-    tokens = torch.full((D, width), pad, dtype=torch.long, device=device)
-    for i, b in enumerate(drafted):
-        tokens[i, :len(cut[b])] = torch.tensor(cut[b], device=device)
-    prompts = torch.full((D, max(len(prompt_ids[b]) for b in drafted)), pad, dtype=torch.long, device=device)
-    for i, b in enumerate(drafted):
-        prompts[i, :len(prompt_ids[b])] = torch.tensor(prompt_ids[b], device=device)
-    shared = SharedPrompts(prompts, torch.tensor([len(prompt_ids[b]) for b in drafted], device=device),
+    tokens = _right_padded([cut[b] for b in drafted], pad, device)  # (D, W)
+    shared = SharedPrompts(_right_padded([prompt_ids[b] for b in drafted], pad, device),
+                           torch.tensor([len(prompt_ids[b]) for b in drafted], device=device),
                            torch.arange(D, device=device))
     logits = model.lm_head(model.continuation_hidden(shared, tokens)).float()  # (D, W, V): entry t predicts token t
     settings = [per_prompt[b] for b in drafted for _ in range(width)]
@@ -292,11 +295,11 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     in_completion = torch.zeros(N, max_new, dtype=torch.bool, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
     if forced is not None:  # rows that took their whole draft are complete before decoding starts
-        done, F_ = forced.whole.clone(), forced.tokens.shape[1]
-        whole = forced.whole[:, None] & (torch.arange(F_, device=device) < forced.count[:, None])  # (N, F)
-        tokens[:, :F_] = torch.where(whole, forced.tokens, pad)
-        token_logp[:, :F_] = torch.where(whole, forced.logp, 0.0)
-        in_completion[:, :F_] = whole
+        done, n_forced = forced.whole.clone(), forced.tokens.shape[1]
+        whole = forced.whole[:, None] & (torch.arange(n_forced, device=device) < forced.count[:, None])  # (N, F)
+        tokens[:, :n_forced] = torch.where(whole, forced.tokens, pad)
+        token_logp[:, :n_forced] = torch.where(whole, forced.logp, 0.0)
+        in_completion[:, :n_forced] = whole
     # the rows in the cache: a growing cache holds only the rows still to decode
     live = (~done).nonzero().squeeze(1) if growing else torch.arange(N, device=device)  # (n,)
     if growing:
