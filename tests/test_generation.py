@@ -466,8 +466,21 @@ def test_rows_that_take_their_whole_draft_are_not_decoded(tiny_gpt, monkeypatch)
 
 
 def test_drafts_are_checked(tiny_gpt):
+    with pytest.raises(ValueError, match="drafts: one per prompt, got 1 for 3 prompts"):
+        generate_groups(tiny_gpt(), PROMPTS, 1, SamplingSettings(), eos_id=None, generator=seeded(0), drafts=[[1]])
+
+
+def test_greedy_rows_take_a_draft_while_it_is_the_argmax(tiny_gpt, monkeypatch):
     model = tiny_gpt()
-    with pytest.raises(ValueError, match="drafts are for sampling"):
-        generate_groups(model, PROMPTS, 1, SamplingSettings(), eos_id=None, greedy=True, drafts=[[1]] * 3)
-    with pytest.raises(ValueError, match="one per prompt: got 1 for 3"):
-        generate_groups(model, PROMPTS, 1, SamplingSettings(), eos_id=None, generator=seeded(0), drafts=[[1]])
+    settings = SamplingSettings(max_new_tokens=10)
+    plain = generate_groups(model, PROMPTS, 1, settings, eos_id=None, greedy=True)
+    expected = plain.completions()
+    steps = []
+    original = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *args: steps.append(1) or original(*args))
+    drafts = [expected[0], expected[1][:4] + [(expected[1][4] + 1) % 67] + expected[1][5:], None]
+    out = generate_groups(model, PROMPTS, 1, settings, eos_id=None, greedy=True, drafts=drafts)
+    assert out.completions() == expected  # a wrong draft token is refused: the argmax follows
+    assert torch.equal(out.completion_mask, plain.completion_mask)
+    assert (out.logprobs - plain.logprobs).abs().max() <= 1e-5
+    assert len(steps) == 9  # the first prompt took its whole draft; the others decoded

@@ -48,6 +48,10 @@ class EvalConfig:
                 "stopped at its first illegal move: selfplay/legal_half_moves (0: none)"})
     fast_decode: bool | None = field(default=None, metadata={
         "help": "decode in bf16 from a CUDA graph (default: on with CUDA; false: fp32 eager, as on CPU)"})
+    draft_a: bool = field(default=True, metadata={
+        "help": "decode A prompts speculatively with their label as the draft: the same completions (greedy) or "
+                "the same distribution (sampled), and the rows that reproduce the label are never decoded "
+                "(false: decode every row)"})
 
     def __post_init__(self) -> None:
         from rookworld.generation import check_sampling
@@ -74,19 +78,27 @@ def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
     return limits
 
 
+def label_drafts(tokenizer, samples: Sequence[Sample]) -> list[list[int] | None]:
+    """Per sample, its label's token ids and EOS for an A prompt (the completion an A prompt's rows mostly
+    decode to: a draft for `generation.generate_groups`), None for a P prompt."""
+    return [tokenizer.encode(s.target) + [tokenizer.eos_id] if s.task == "A" else None for s in samples]
+
+
 def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
              decoder: FastDecoder | None = None) -> list[list[str]]:
-    """cfg.samples completions of each sample's prompt (see `generate`)."""
+    """cfg.samples completions of each sample's prompt (see `generate`); with cfg.draft_a, the A prompts' labels
+    are the drafts."""
     limits = max_new_tokens(tokenizer, samples)
+    drafts = label_drafts(tokenizer, samples) if cfg.draft_a else None
     return generate(model, tokenizer, tokenizer.encode_prompts([s.prompt for s in samples]),
-                    [limits[s.task] for s in samples], cfg, decoder)
+                    [limits[s.task] for s in samples], cfg, decoder, drafts)
 
 
 def generate(model, tokenizer, prompts: Sequence[list[int]], limits: Sequence[int], cfg: EvalConfig,
-             decoder: FastDecoder | None = None) -> list[list[str]]:
+             decoder: FastDecoder | None = None, drafts: Sequence[list[int] | None] | None = None) -> list[list[str]]:
     """cfg.samples completions of each prompt (ids), of at most its limit's new tokens (and the context), in
     batches of cfg.batch_size prompts; sampled by `decoder` (the CUDA fast path, holding the model's weights)
-    when given."""
+    when given; `drafts` (per prompt, token ids or None) as in `generation.generate_groups`."""
     import torch
 
     from rookworld.generation import SamplingSettings, decoding, generate_groups
@@ -102,7 +114,8 @@ def generate(model, tokenizer, prompts: Sequence[list[int]], limits: Sequence[in
                     for limit, p in zip(limits[start:start + cfg.batch_size], ids)]
         runner, step = decoding(model, decoder)
         generation = generate_groups(runner, ids, cfg.samples, settings, eos_id=tokenizer.eos_id,
-                                     generator=generator, greedy=cfg.greedy, decode_step=step)
+                                     generator=generator, greedy=cfg.greedy, decode_step=step,
+                                     drafts=None if drafts is None else drafts[start:start + cfg.batch_size])
         texts = tokenizer.decode_batch(generation.completions())
         out.extend(texts[i:i + cfg.samples] for i in range(0, len(texts), cfg.samples))
     return out

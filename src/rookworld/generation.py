@@ -169,13 +169,14 @@ class _Forced:
 
 def _drafted(model: GPT, prompt_ids: Sequence[Sequence[int]], drafts: Sequence[Sequence[int] | None],
              group_size: int, per_prompt: Sequence[SamplingSettings], eos_id: int | None, pad: int,
-             generator: torch.Generator) -> _Forced:
+             generator: torch.Generator | None, greedy: bool) -> _Forced:
     """Speculative sampling with a fixed draft per prompt (e.g. its label): each of a prompt's rows takes
     the draft's tokens one by one, each with the probability the model gives it there, and at its first
     refusal draws the next token from the model's distribution without the draft's token. That is the
     model's own sampling distribution, exactly (speculative decoding with a deterministic draft): the
-    chance of a token is p if it is the draft's, (1 - p) * q / (1 - p) = q if not. One forward pass over
-    the drafts replaces decoding for the rows that take a whole draft."""
+    chance of a token is p if it is the draft's, (1 - p) * q / (1 - p) = q if not. `greedy`: a row takes
+    the draft's tokens while each is the model's argmax, then the argmax. One forward pass over the drafts
+    replaces decoding for the rows that take a whole draft."""
     device = model.wte.weight.device
     N, G = len(prompt_ids) * group_size, group_size
     cut = []  # each draft to its first EOS and its prompt's token limit
@@ -203,12 +204,15 @@ def _drafted(model: GPT, prompt_ids: Sequence[Sequence[int]], drafts: Sequence[S
     logp = F.log_softmax(scaled, dim=-1).view(D, width, -1).gather(-1, tokens[..., None]).squeeze(-1)  # (D, W)
     accept = probs.gather(-1, tokens[..., None]).squeeze(-1)  # (D, W): the chance of taking each draft token
     in_draft = torch.arange(width, device=device) < lengths[:, None]  # (D, W)
-    refused = (torch.rand(D, G, width, generator=generator, device=device) >= accept[:, None]) & in_draft[:, None]
+    best = probs.argmax(-1)  # (D, W)
+    refused = (best != tokens)[:, None].expand(D, G, width) if greedy else \
+        torch.rand(D, G, width, generator=generator, device=device) >= accept[:, None]
+    refused = refused & in_draft[:, None]
     taken = torch.where(refused.any(-1), refused.int().argmax(-1), lengths[:, None])  # (D, G): draft tokens taken
     at = taken.clamp(max=width - 1)  # the refused position (rows that took the whole draft: unused)
     rest = probs[torch.arange(D, device=device)[:, None], at]  # (D, G, V)
     rest.scatter_(-1, tokens.gather(1, at)[..., None], 0.0)  # the draft's token refused: the others, renormalised
-    other = sample_from(rest.view(D * G, -1), generator).view(D, G)
+    other = best.gather(1, at) if greedy else sample_from(rest.view(D * G, -1), generator).view(D, G)
     other_logp = F.log_softmax(scaled.view(D, width, -1), dim=-1)[torch.arange(D, device=device)[:, None], at] \
         .gather(-1, other[..., None]).squeeze(-1)  # (D, G)
     limits = torch.tensor([per_prompt[b].max_new_tokens for b in drafted], device=device)[:, None]  # (D, 1)
@@ -250,8 +254,8 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     (default: every step on CPU, where it costs nothing, else every 8 steps; rows done meanwhile only
     add padding, which is trimmed).
     drafts: per prompt, token ids its rows are likely to sample (e.g. the prompt's label; None: no draft).
-    Rows are then sampled speculatively from the draft (`_drafted`): the same distribution, and a row that
-    takes its whole draft, to EOS or its limit, is never decoded. Sampling only.
+    Rows are then sampled speculatively from the draft (`_drafted`; greedy: while the draft is the argmax):
+    the same distribution, and a row that takes its whole draft, to EOS or its limit, is never decoded.
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("generate_groups needs at least one prompt, each with at least one token")
@@ -259,9 +263,8 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if not greedy and generator is None:
         raise ValueError("sampling needs an explicit seeded torch.Generator")
-    if drafts is not None and (greedy or len(drafts) != len(prompt_ids)):
-        raise ValueError(f"drafts are for sampling, one per prompt: got {len(drafts)} for {len(prompt_ids)} "
-                         f"prompts{' with greedy=True' if greedy else ''}")
+    if drafts is not None and len(drafts) != len(prompt_ids):
+        raise ValueError(f"drafts: one per prompt, got {len(drafts)} for {len(prompt_ids)} prompts")
     per_prompt = [settings] * len(prompt_ids) if isinstance(settings, SamplingSettings) else list(settings)
     if len(per_prompt) != len(prompt_ids):
         raise ValueError(f"{len(per_prompt)} settings for {len(prompt_ids)} prompts")
@@ -289,7 +292,7 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     growing = decode_step is None
     own_length = _round_up(max(max_new - 1, 1), CACHE_SLOT_MULTIPLE)
     forced = None if drafts is None else _drafted(model, prompt_ids, drafts, group_size, per_prompt, eos_id, pad,
-                                                  generator)
+                                                  generator, greedy)
     tokens = torch.full((N, max_new), pad, dtype=torch.long, device=device)
     token_logp = torch.zeros(N, max_new, dtype=torch.float32, device=device)
     in_completion = torch.zeros(N, max_new, dtype=torch.bool, device=device)
