@@ -86,15 +86,16 @@ class Generation:
 
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_id: int,
-             device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists -> (ids (B, T), attention mask (B, T) bool), padded on the left."""
+             device: torch.device | str = "cpu", left: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> (ids (B, T), attention mask (B, T) bool), padded on the left (`left=False`: the right)."""
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros(len(sequences), width, dtype=torch.bool)
     for row, seq in enumerate(sequences):
         if seq:
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq):] = True
+            at = slice(width - len(seq), None) if left else slice(None, len(seq))
+            ids[row, at] = torch.tensor(seq, dtype=torch.long)
+            mask[row, at] = True
     return ids.to(device), mask.to(device)
 
 
@@ -150,13 +151,6 @@ class _RowFilters:
         return torch.where(self.filtered[:, None], torch.zeros_like(probs).scatter_(-1, indices, kept), probs)
 
 
-def _right_padded(sequences: Sequence[Sequence[int]], pad: int, device: torch.device) -> torch.Tensor:
-    ids = torch.full((len(sequences), max(map(len, sequences))), pad, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
-    return ids.to(device)
-
-
 @dataclass
 class _Forced:
     """The tokens each row must start with, drawn from its prompt's draft (`_drafted`)."""
@@ -192,8 +186,8 @@ def _drafted(model: GPT, prompt_ids: Sequence[Sequence[int]], drafts: Sequence[S
         return forced
     D = len(drafted)
     lengths = torch.tensor([len(cut[b]) for b in drafted], device=device)  # (D,)
-    tokens = _right_padded([cut[b] for b in drafted], pad, device)  # (D, W)
-    shared = SharedPrompts(_right_padded([prompt_ids[b] for b in drafted], pad, device),
+    tokens = left_pad([cut[b] for b in drafted], pad, device, left=False)[0]  # (D, W)
+    shared = SharedPrompts(left_pad([prompt_ids[b] for b in drafted], pad, device, left=False)[0],
                            torch.tensor([len(prompt_ids[b]) for b in drafted], device=device),
                            torch.arange(D, device=device))
     logits = model.lm_head(model.continuation_hidden(shared, tokens)).float()  # (D, W, V): entry t predicts token t
@@ -201,29 +195,34 @@ def _drafted(model: GPT, prompt_ids: Sequence[Sequence[int]], drafts: Sequence[S
     filters = _RowFilters(settings, model.config.vocab_size, device)
     scaled = logits.view(D * width, -1) / filters.temperature
     probs = filters.distribution(scaled).view(D, width, -1)
-    logp = F.log_softmax(scaled, dim=-1).view(D, width, -1).gather(-1, tokens[..., None]).squeeze(-1)  # (D, W)
-    accept = probs.gather(-1, tokens[..., None]).squeeze(-1)  # (D, W): the chance of taking each draft token
+    logp_all = F.log_softmax(scaled, dim=-1).view(D, width, -1)
+    logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)  # (D, W)
     in_draft = torch.arange(width, device=device) < lengths[:, None]  # (D, W)
-    best = probs.argmax(-1)  # (D, W)
-    refused = (best != tokens)[:, None].expand(D, G, width) if greedy else \
-        torch.rand(D, G, width, generator=generator, device=device) >= accept[:, None]
+    if greedy:
+        best = probs.argmax(-1)  # (D, W)
+        refused = (best != tokens)[:, None].expand(D, G, width)
+    else:
+        accept = probs.gather(-1, tokens[..., None]).squeeze(-1)  # (D, W): the chance of taking each draft token
+        refused = torch.rand(D, G, width, generator=generator, device=device) >= accept[:, None]
     refused = refused & in_draft[:, None]
     taken = torch.where(refused.any(-1), refused.int().argmax(-1), lengths[:, None])  # (D, G): draft tokens taken
     at = taken.clamp(max=width - 1)  # the refused position (rows that took the whole draft: unused)
-    rest = probs[torch.arange(D, device=device)[:, None], at]  # (D, G, V)
-    rest.scatter_(-1, tokens.gather(1, at)[..., None], 0.0)  # the draft's token refused: the others, renormalised
-    other = best.gather(1, at) if greedy else sample_from(rest.view(D * G, -1), generator).view(D, G)
-    other_logp = F.log_softmax(scaled.view(D, width, -1), dim=-1)[torch.arange(D, device=device)[:, None], at] \
-        .gather(-1, other[..., None]).squeeze(-1)  # (D, G)
+    prompt = torch.arange(D, device=device)[:, None]
+    if greedy:
+        other = best.gather(1, at)
+    else:
+        rest = probs[prompt, at]  # (D, G, V)
+        rest.scatter_(-1, tokens.gather(1, at)[..., None], 0.0)  # the draft's token refused: the others, renormalised
+        other = sample_from(rest.view(D * G, -1), generator).view(D, G)
+    other_logp = logp_all[prompt, at].gather(-1, other[..., None]).squeeze(-1)  # (D, G)
     limits = torch.tensor([per_prompt[b].max_new_tokens for b in drafted], device=device)[:, None]  # (D, 1)
     rows = (torch.tensor(drafted, device=device)[:, None] * G + torch.arange(G, device=device)).view(-1)
     took_all = taken == lengths[:, None]  # (D, G)
     count = torch.where(took_all, taken, taken + 1)  # (D, G)
-    row_tokens = tokens[:, None].expand(D, G, width).clone()
-    row_logp = logp[:, None].expand(D, G, width).clone()
     position = torch.arange(width, device=device)
-    row_tokens = torch.where(position == taken[..., None], other[..., None], row_tokens)
-    row_logp = torch.where(position == taken[..., None], other_logp[..., None], row_logp)
+    at_refusal = position == taken[..., None]  # (D, G, W)
+    row_tokens = torch.where(at_refusal, other[..., None], tokens[:, None])
+    row_logp = torch.where(at_refusal, other_logp[..., None], logp[:, None])
     beyond = position >= count[..., None]
     forced.tokens[rows] = row_tokens.masked_fill(beyond, pad).view(D * G, width)
     forced.logp[rows] = row_logp.masked_fill(beyond, 0.0).view(D * G, width)
