@@ -484,26 +484,3 @@ def test_greedy_rows_take_a_draft_while_it_is_the_argmax(tiny_gpt, monkeypatch):
     assert torch.equal(out.completion_mask, plain.completion_mask)
     assert (out.logprobs - plain.logprobs).abs().max() <= 1e-5
     assert len(steps) == 9  # the first prompt took its whole draft; the others decoded
-
-
-def test_rows_start_decoding_after_their_draft_tokens(tiny_gpt, monkeypatch):
-    """The eager step feeds a row's taken draft tokens in one pass (`GPT.extend`) and decodes from there; a
-    replaced decode step (fixed shapes) takes them one per step. Both give the undrafted greedy completions."""
-    model = tiny_gpt()
-    settings = SamplingSettings(max_new_tokens=10)
-    plain = generate_groups(model, PROMPTS, 1, settings, eos_id=None, greedy=True)
-    expected = plain.completions()
-    # each draft right for 5 tokens (6 for the last prompt), then wrong: the argmax replaces the 6th (7th)
-    drafts = [e[:k] + [(e[k] + 1) % 67] + e[k + 1:] for e, k in zip(expected, (5, 5, 6))]
-    calls = {"decode": 0, "extend": []}
-    decode, extend = model.decode_step, model.extend
-    monkeypatch.setattr(model, "decode_step", lambda *a: calls.__setitem__("decode", calls["decode"] + 1) or decode(*a))
-    monkeypatch.setattr(model, "extend", lambda ids, *a: calls["extend"].append(ids.shape) or extend(ids, *a))
-    out = generate_groups(model, PROMPTS, 1, settings, eos_id=None, greedy=True, drafts=drafts)
-    assert out.completions() == expected
-    assert (out.logprobs - plain.logprobs).abs().max() <= 1e-5
-    assert calls["extend"] == [(3, 7)]  # one pass over the tokens ahead: 6, 6 and 7, right-aligned
-    assert calls["decode"] == 3  # rows at columns 6 and 7 of 10: 3 tokens fed back, where 9 were without drafts
-    fixed = generate_groups(model, PROMPTS, 1, settings, eos_id=None, greedy=True, drafts=drafts,
-                            decode_step=fast_decode_step(model, compile=False, cuda_graph=False))
-    assert fixed.completions() == expected and (fixed.logprobs - plain.logprobs).abs().max() <= 1e-5

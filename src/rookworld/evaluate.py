@@ -52,9 +52,6 @@ class EvalConfig:
         "help": "decode A prompts speculatively with their label as the draft: the same completions (greedy) or "
                 "the same distribution (sampled), and the rows that reproduce the label are never decoded "
                 "(false: decode every row)"})
-    draft_p: bool = field(default=True, metadata={
-        "help": "decode P prompts from their label as the draft in the same way: every row takes the label's "
-                "leading padding in one pass instead of decoding it token by token (false: decode every token)"})
 
     def __post_init__(self) -> None:
         from rookworld.generation import check_sampling
@@ -81,26 +78,18 @@ def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
     return limits
 
 
-def label_drafts(tokenizer, samples: Sequence[Sample], tasks: str) -> list[list[int] | None] | None:
-    """Per sample of a task in `tasks` (e.g. "PA"), its label's token ids and EOS: a draft for
-    `generation.generate_groups`. An A prompt's rows mostly decode to the whole label; a P prompt's take its
-    leading padding, which the prompt's length fixes. None for the other samples; None for all when no task is."""
-    if not tasks:
-        return None
-    return [tokenizer.encode(s.target) + [tokenizer.eos_id] if s.task in tasks else None for s in samples]
-
-
-def drafted_tasks(draft_a: bool, draft_p: bool) -> str:
-    """The tasks whose prompts are decoded from their labels as drafts."""
-    return "A" * draft_a + "P" * draft_p
+def label_drafts(tokenizer, samples: Sequence[Sample]) -> list[list[int] | None]:
+    """Per sample, its label's token ids and EOS for an A prompt (the completion an A prompt's rows mostly
+    decode to: a draft for `generation.generate_groups`), None for a P prompt."""
+    return [tokenizer.encode(s.target) + [tokenizer.eos_id] if s.task == "A" else None for s in samples]
 
 
 def complete(model, tokenizer, samples: Sequence[Sample], cfg: EvalConfig,
              decoder: FastDecoder | None = None) -> list[list[str]]:
-    """cfg.samples completions of each sample's prompt (see `generate`); with cfg.draft_a / cfg.draft_p, the A / P
-    prompts' labels are the drafts."""
+    """cfg.samples completions of each sample's prompt (see `generate`); with cfg.draft_a, the A prompts' labels
+    are the drafts."""
     limits = max_new_tokens(tokenizer, samples)
-    drafts = label_drafts(tokenizer, samples, drafted_tasks(cfg.draft_a, cfg.draft_p))
+    drafts = label_drafts(tokenizer, samples) if cfg.draft_a else None
     return generate(model, tokenizer, tokenizer.encode_prompts([s.prompt for s in samples]),
                     [limits[s.task] for s in samples], cfg, decoder, drafts)
 

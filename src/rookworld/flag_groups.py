@@ -10,7 +10,7 @@ from __future__ import annotations
 TRAIN: dict[str, list[str]] = {
     "model and data": ["model", "data", "p_fraction", "a_cases", "p_cases", "p_pool", "p_expert", "p_choice", "seed"],
     "sampling": ["group_size", "temperature_p", "temperature_a", "top_p_p", "top_p_a", "max_new_tokens_p",
-                 "max_new_tokens_a", "zero_std", "resample_rounds", "draft_a", "draft_p", "rollout_chunk"],
+                 "max_new_tokens_a", "zero_std", "resample_rounds", "draft_a", "rollout_chunk"],
     "optimisation": ["steps", "batch_size", "lr", "lr_schedule", "min_lr_ratio", "warmup_steps", "weight_decay",
                      "beta1", "beta2", "grad_clip", "num_iterations", "micro_batch_size", "overfit_single_batch",
                      "anchor_rows", "anchor_coef", "anchor_mode",

@@ -289,78 +289,57 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
     # grows by CACHE_GROWTH slots when full, keeping only the rows not yet done, read up to the slot
     # just written (its attention is matmuls: no alignment needed).
     growing = decode_step is None
+    own_length = _round_up(max(max_new - 1, 1), CACHE_SLOT_MULTIPLE)
     forced = None if drafts is None else _drafted(model, prompt_ids, drafts, group_size, per_prompt, eos_id, pad,
                                                   generator, greedy)
     tokens = torch.full((N, max_new), pad, dtype=torch.long, device=device)
     token_logp = torch.zeros(N, max_new, dtype=torch.float32, device=device)
     in_completion = torch.zeros(N, max_new, dtype=torch.bool, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
-    ahead = torch.zeros(N, dtype=torch.long, device=device)  # each row's tokens written before decoding starts
     if forced is not None:  # rows that took their whole draft are complete before decoding starts
         done, n_forced = forced.whole.clone(), forced.tokens.shape[1]
-        # The eager step's rows start after all their draft tokens, fed in one pass (`GPT.extend`); a replaced
-        # step's fixed shapes take them one per step like sampled ones
-        ahead = forced.count if growing else torch.where(forced.whole, forced.count, 0)
-        head = torch.arange(n_forced, device=device) < ahead[:, None]  # (N, F)
-        tokens[:, :n_forced] = torch.where(head, forced.tokens, pad)
-        token_logp[:, :n_forced] = torch.where(head, forced.logp, 0.0)
-        in_completion[:, :n_forced] = head
+        whole = forced.whole[:, None] & (torch.arange(n_forced, device=device) < forced.count[:, None])  # (N, F)
+        tokens[:, :n_forced] = torch.where(whole, forced.tokens, pad)
+        token_logp[:, :n_forced] = torch.where(whole, forced.logp, 0.0)
+        in_completion[:, :n_forced] = whole
     # the rows in the cache: a growing cache holds only the rows still to decode
     live = (~done).nonzero().squeeze(1) if growing else torch.arange(N, device=device)  # (n,)
-    positions = (prompt_mask.sum(1)[prompt_of_row] + ahead)[live, None]  # (n, 1): the next token's position
-    logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
     if growing:
-        # The prompts' slots once (`PromptPrefix`) and a cache of the rows' own tokens: their tokens ahead in its
-        # first `fed` slots, right-aligned, so that every row writes the next slot at each step
-        fed = int(ahead[live].max()) if len(live) else 0
-        own_length = _round_up(max(fed + max_new - 1, 1), CACHE_SLOT_MULTIPLE)
-        first_slot = fed  # the cache slot of the first token fed back
+        first_slot = 0  # the cache slot of the first token fed back
         prompts_kv = PromptPrefix.of(prompt_cache, prompt_mask, group_size)
         prefix = prompts_kv.kept(live) if len(live) else None
-        cache = KVCache.empty(model.config, len(live), min(fed + CACHE_GROWTH, own_length), device,
+        cache = KVCache.empty(model.config, len(live), min(CACHE_GROWTH, own_length), device,
                               prompt_cache.keys.dtype)
-        key_mask = torch.zeros(len(live), cache.length, dtype=torch.bool, device=device)
-        if fed:
-            index = torch.arange(fed, device=device) - (fed - ahead[live, None])  # (n, fed): the row's column there
-            real = index >= 0
-            ids = tokens[live].gather(1, index.clamp(min=0)).masked_fill(~real, pad)
-            extended = model.extend(ids, (positions - ahead[live, None] + index).clamp(min=0), cache, real, prefix)
-            started = live[ahead[live] > 0]
-            logits[started] = extended[ahead[live] > 0]
-            key_mask[:, :fed] = real
     else:
         first_slot = width
         cache = prompt_cache.take_rows(prompt_of_row, _round_up(width + max_new - 1, CACHE_SLOT_MULTIPLE))
-        key_mask = torch.zeros(len(live), cache.length, dtype=torch.bool, device=device)
-        key_mask[:, :width] = prompt_mask[prompt_of_row]
+    logits = logits[prompt_of_row]  # (N, V): every row's latest logits; the rows in the cache update theirs
     row_limit = torch.tensor([s.max_new_tokens for s in rows], device=device)  # (N,)
     filters = _RowFilters(rows, model.config.vocab_size, device)
     # The decode step's inputs, updated in place: a CUDA graph captured on them stays valid.
-    fed_back = torch.zeros(len(live), 1, dtype=torch.long, device=device)
+    fed = torch.zeros(len(live), 1, dtype=torch.long, device=device)
+    key_mask = torch.zeros(len(live), cache.length, dtype=torch.bool, device=device)
+    if not growing:
+        key_mask[:, :width] = prompt_mask[prompt_of_row]
+    positions = prompt_mask.sum(1, keepdim=True)[prompt_of_row][live]  # (n, 1): the next token's position
     cache_index = torch.zeros(1, dtype=torch.long, device=device)
     check_every = done_check_every or (1 if device.type == "cpu" else 8)
-    steps_left = max_new - (int(ahead[live].min()) if len(live) else max_new)
 
-    for step in range(steps_left):
-        column = (ahead + step).clamp(max=max_new - 1)[:, None]  # (N, 1): each row's token of this step
+    for step in range(max_new if len(live) else 0):
         scaled = logits.float() / filters.temperature  # (N, V)
         logp_all = F.log_softmax(scaled, dim=-1)  # (N, V)
         sampled = logp_all.argmax(-1) if greedy else filters.sample(scaled, generator)  # (N,)
-        if forced is not None and not growing:  # a row's draft tokens come first
-            in_draft = column.squeeze(1) < forced.count
-            sampled = torch.where(in_draft, forced.tokens.gather(1, column.clamp(max=n_forced - 1)).squeeze(1),
-                                  sampled)
+        if forced is not None and step < forced.tokens.shape[1]:  # a row's draft tokens come first
+            sampled = torch.where(step < forced.count, forced.tokens[:, step], sampled)
         # rows done keep what they hold: padding, or the whole draft they took
-        sampled = torch.where(done, tokens.gather(1, column).squeeze(1), sampled)
-        tokens.scatter_(1, column, sampled[:, None])
-        logp = torch.where(done, token_logp.gather(1, column).squeeze(1),
-                           logp_all.gather(-1, sampled[:, None]).squeeze(-1))
-        token_logp.scatter_(1, column, logp[:, None])
-        in_completion.scatter_(1, column, in_completion.gather(1, column) | ~done[:, None])
+        sampled = torch.where(done, tokens[:, step], sampled)
+        tokens[:, step] = sampled
+        token_logp[:, step] = torch.where(done, token_logp[:, step], logp_all.gather(-1, sampled[:, None]).squeeze(-1))
+        in_completion[:, step] |= ~done
         if eos_id is not None:
             done |= sampled == eos_id
-        done |= row_limit <= column.squeeze(1) + 1
-        if step + 1 == steps_left or ((step + 1) % check_every == 0 and bool(done.all())):
+        done |= row_limit <= step + 1
+        if step + 1 == max_new or ((step + 1) % check_every == 0 and bool(done.all())):
             break
         slot = first_slot + step  # the cache slot of this step's token
         if slot == cache.length:  # only a growing cache fills up: make a longer one of the rows not done
@@ -369,16 +348,16 @@ def generate_groups(model: GPT, prompt_ids: Sequence[Sequence[int]], group_size:
                 break
             cache = cache.take_rows(keep, min(_round_up(slot + CACHE_GROWTH, CACHE_SLOT_MULTIPLE), own_length))
             key_mask = F.pad(key_mask[keep], (0, cache.length - key_mask.shape[1]))
-            live, positions, fed_back = live[keep], positions[keep], fed_back[keep]
+            live, positions, fed = live[keep], positions[keep], fed[keep]
             prefix = prompts_kv.kept(live)
         key_mask[:, slot] = True
-        fed_back.copy_(sampled[live, None])
+        fed.copy_(sampled[live, None])
         cache_index.fill_(slot)
         if growing:  # the slots written so far, the only ones the rows attend to
-            step_logits = model.decode_step(fed_back, positions, cache.first(slot + 1), cache_index,
+            step_logits = model.decode_step(fed, positions, cache.first(slot + 1), cache_index,
                                             key_mask[:, :slot + 1], prefix)
         else:
-            step_logits = decode_step(fed_back, positions, cache, cache_index, key_mask)
+            step_logits = decode_step(fed, positions, cache, cache_index, key_mask)
         logits.index_copy_(0, live, step_logits)  # (n, V) rows
         # Rows that are done keep being fed padding; the clamp keeps their positions inside the table.
         positions.add_(1).clamp_(max=model.config.n_positions - 1)

@@ -142,25 +142,27 @@ class LayerPrefix:
 
     def attend(self, q: torch.Tensor, own_scores: torch.Tensor, own_values: torch.Tensor,
                dropout: float) -> torch.Tensor:
-        """T queries per row q (n, H, T, D) over its prompt's slots and its own: `own_scores` (n, H, T, K) are
-        the scaled, masked scores of its own slots, `own_values` (n, H, K, D) their values. Returns (n, H, T, D)."""
-        n, H, T, D = q.shape
+        """One query per row q (n, H, 1, D) over its prompt's slots and its own: `own_scores` (n, H, 1, T)
+        are the scaled, masked scores of its own slots, `own_values` (n, H, T, D) their values.
+        Returns (n, H, 1, D)."""
+        n, H, _, D = q.shape
         P, Tp, G = self.keys_t.shape[0], self.keys_t.shape[-1], self.group_size
 
         every_row = n == P * G  # rows leave in order, so then `rows` is every row in order
 
-        def grouped(t: torch.Tensor) -> torch.Tensor:  # (n, H, T, K) -> (P, H, G * T, K); rows not in the batch: zero
-            every = t if every_row else t.new_zeros(P * G, *t.shape[1:]).index_copy_(0, self.rows, t)
-            return every.view(P, G, H, T, -1).transpose(1, 2).reshape(P, H, G * T, -1)
+        def grouped(t: torch.Tensor) -> torch.Tensor:  # (n, H, K) -> (P, H, G, K); rows not in the batch: zero
+            every = t if every_row else t.new_zeros(P * G, H, t.shape[-1]).index_copy_(0, self.rows, t)
+            return every.view(P, G, H, -1).transpose(1, 2)
 
-        def by_row(t: torch.Tensor) -> torch.Tensor:  # (P, H, G * T, K) -> (n, H, T, K)
-            every = t.view(P, H, G, T, -1).transpose(1, 2).reshape(P * G, H, T, -1)
+        def by_row(t: torch.Tensor) -> torch.Tensor:  # (P, H, G, K) -> (n, H, K)
+            every = t.transpose(1, 2).reshape(P * G, H, -1)
             return every if every_row else every[self.rows]
 
-        shared = (grouped(q) @ self.keys_t).mul_(D ** -0.5)  # (P, H, G * T, Tp)
-        shared = by_row(shared.masked_fill_(self.padding, float("-inf")))  # (n, H, T, Tp)
-        probs = F.dropout(torch.cat([shared, own_scores], -1).softmax(-1), dropout)  # (n, H, T, Tp + K)
-        return by_row(grouped(probs[..., :Tp]) @ self.values) + probs[..., Tp:] @ own_values
+        shared = (grouped(q[:, :, 0]) @ self.keys_t).mul_(D ** -0.5)  # (P, H, G, Tp)
+        shared = by_row(shared.masked_fill_(self.padding, float("-inf")))  # (n, H, Tp)
+        probs = F.dropout(torch.cat([shared, own_scores[:, :, 0]], -1).softmax(-1), dropout)  # (n, H, Tp + T)
+        from_prompt = by_row(grouped(probs[:, :, :Tp]) @ self.values)  # (n, H, D)
+        return from_prompt[:, :, None] + probs[:, :, None, Tp:] @ own_values
 
 
 @dataclass
@@ -209,7 +211,7 @@ class Attention(nn.Module):
         if prefix is not None or (q.shape[2] == 1 and q.device.type == "cpu" and attn_mask is not None
                                   and not torch.is_grad_enabled()):
             # one query per row (a decode step): two matmuls read the cache faster than the CPU flash kernel;
-            # with a prefix (decoding, or `GPT.extend`), these are the rows' own slots, their prompts' in the prefix
+            # with a prefix, these are the row's own slots and its prompt's are in the prefix
             scores = (q @ k.transpose(-1, -2)).mul_(q.shape[-1] ** -0.5).masked_fill_(~attn_mask, float("-inf"))
             if prefix is not None:
                 y = prefix.attend(q, scores, v, dropout)
@@ -377,18 +379,6 @@ class GPT(nn.Module):
         for torch.compile."""
         attn_mask = key_mask[:, None, None, :]  # (B, 1, 1, T_max)
         x = self._trunk(input_ids, position_ids, attn_mask, cache, cache_index, prefix)  # (B, 1, C)
-        return self.lm_head(x[:, -1])
-
-    @torch.no_grad()
-    def extend(self, input_ids: torch.Tensor, position_ids: torch.Tensor, cache: KVCache, real: torch.Tensor,
-               prefix: PromptPrefix) -> torch.Tensor:
-        """Several tokens per row in one pass, after the rows' prompts (`prefix`): input_ids, position_ids and
-        real (B, T), each row's first T own tokens left-padded (`real` True at its tokens), written to the
-        cache's first T slots, the slots a decode step then reads with them. Returns logits (B, V) after each
-        row's last token (unused for a row without tokens)."""
-        slots = torch.arange(input_ids.shape[1], device=input_ids.device)
-        attn_mask = (slots[None, :] <= slots[:, None]) & real[:, None, None, :]  # (B, 1, T, T): causal, real keys
-        x = self._trunk(input_ids, position_ids, attn_mask, cache.first(len(slots)), slots, prefix)  # (B, T, C)
         return self.lm_head(x[:, -1])
 
     def num_parameters(self) -> int:

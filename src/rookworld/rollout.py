@@ -20,7 +20,7 @@ import torch
 
 from rookworld import text
 from rookworld.data.record import Sample
-from rookworld.evaluate import drafted_tasks, label_drafts, max_new_tokens
+from rookworld.evaluate import label_drafts, max_new_tokens
 from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_room, decoding, generate_groups
 from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
 from rookworld.runtime import Dist, all_gather_objects
@@ -115,9 +115,7 @@ def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, lim
     prefixes = choice_prefixes(runner, step, tokenizer, samples, ids, settings, cfg.p_choice)
     ids = [i + p for i, p in zip(ids, prefixes)]
     settings = [replace(s, max_new_tokens=s.max_new_tokens - len(p)) for s, p in zip(settings, prefixes)]
-    drafts = label_drafts(tokenizer, samples, drafted_tasks(cfg.draft_a, cfg.draft_p))
-    if drafts is not None:  # a choice group continues its greedy fields: the label does not
-        drafts = [None if p else d for d, p in zip(drafts, prefixes)]
+    drafts = label_drafts(tokenizer, samples) if cfg.draft_a else None
     gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
                           decode_step=step, drafts=drafts)
     if cfg.p_expert:

@@ -108,9 +108,6 @@ class TrainConfig:
     draft_a: bool = field(default=True, metadata={
         "help": "sample (and evaluate) A completions speculatively with the label as the draft: the same "
                 "distribution, and the rows that reproduce the label whole are never decoded (false: decode all)"})
-    draft_p: bool = field(default=True, metadata={
-        "help": "sample (and evaluate) P completions from the label as the draft in the same way: the same "
-                "distribution, and the label's leading padding is taken in one pass, not decoded token by token"})
     kl_max: float = field(default=1.0, metadata={"help": "roll back to the last good state when the step's "
                                                  "mean KL exceeds this (0: off)"})
     reward_drop: float = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward falls this "
@@ -766,11 +763,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
-    greedy_eval = EvalConfig(batch_size=64, self_play=cfg.eval_self_play, draft_a=cfg.draft_a, draft_p=cfg.draft_p)
-    evals = {"eval/": (greedy_eval, eval_samples)}
+    evals = {"eval/": (EvalConfig(batch_size=64, self_play=cfg.eval_self_play, draft_a=cfg.draft_a), eval_samples)}
     if cfg.eval_draws:
         sampled = EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature,
-                             draft_a=cfg.draft_a, draft_p=cfg.draft_p)
+                             draft_a=cfg.draft_a)
         evals["eval/sampled/"] = (sampled, balanced_subset(eval_samples, cfg.eval_sampled_limit))
 
     first_values: dict[str, Values] = {}  # each eval set's values at step 0, when this process evaluated it
