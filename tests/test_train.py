@@ -842,6 +842,34 @@ def test_weight_average_resume_is_bit_identical_and_needs_the_average(tiny_run_i
         train.main(tiny_config(model_dir, data, tmp_path / "split", steps=6), gcfg, resume=str(resumed))
 
 
+@pytest.mark.parametrize("average_last", [0, 0.5], ids=["policy", "average"])
+def test_consolidation_learns_the_anchors_targets_after_the_last_step_only(tiny_run_inputs, tmp_path, average_last):
+    model_dir, data = tiny_run_inputs
+    parser = argparse.ArgumentParser()
+    train.add_arguments(parser)
+    flags = ["--consolidate-steps", "4", "--consolidate-rows", "16", "--consolidate-lr", "3e-3"]
+    options = {k: getattr(train.configs_from_args(parser.parse_args(flags))[0], k)
+               for k in ("consolidate_steps", "consolidate_rows", "consolidate_lr")}
+    assert options == {"consolidate_steps": 4, "consolidate_rows": 16, "consolidate_lr": 3e-3}
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    plain = train.main(tiny_config(model_dir, data, tmp_path / "plain", average_last=average_last), gcfg)
+    kept = train.main(tiny_config(model_dir, data, tmp_path / "consolidated", average_last=average_last, **options),
+                      gcfg)
+    steps, last = records(kept), records(kept)[-1]
+    assert [r["reward/mean"] for r in records(plain)] == [r["reward/mean"] for r in steps]  # GRPO's steps unchanged
+    assert all("consolidate/nll_first" not in r for r in steps[:-1])
+    assert last["consolidate/nll_last"] < last["consolidate/nll_first"] and last["time/consolidate"] > 0
+    step_2 = [hub.load_model(str(run / checkpoint.step_dir_name(2)))[0].state_dict() for run in (plain, kept)]
+    assert all(torch.equal(step_2[0][k], step_2[1][k]) for k in step_2[0])
+    assert _target_nll(kept, data, "A") < _target_nll(plain, data, "A") - 0.05  # the exported weights learned A
+    # a run stopped after step 2 of 3 had not consolidated: resumed, it ends as the straight run did
+    first = train.main(tiny_config(model_dir, data, tmp_path / "split", steps=2, average_last=average_last), gcfg)
+    resumed = train.main(tiny_config(model_dir, data, first, average_last=average_last, **options), gcfg,
+                         resume=str(first))
+    a, b = weights(kept), weights(resumed)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
@@ -1000,6 +1028,9 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--p-cases", "illegal2"], "p_cases must be one of ('mix', 'balanced', 'sqrt')"),
     (["--adv-sign", "plus"], "adv_sign must be one of ('both', 'positive', 'negative')"),
     (["--average-last", "1.5"], "average_last is a share of the run's steps: it must be in [0, 1], got 1.5"),
+    (["--consolidate-steps", "5", "--lora-rank", "4"], "consolidate_steps trains every weight, lora_rank only"),
+    (["--consolidate-steps", "-1"], "consolidate_steps must be >= 0, got -1"),
+    (["--consolidate-rows", "0"], "consolidate_rows must be >= 1 and consolidate_lr > 0, got 0"),
 ])
 def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
     code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])

@@ -42,6 +42,7 @@ P_TRUTHS = ("stored", "engine")
 ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
 ANCHOR_MODES = ("loss", "project", "kl")
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
+CONSOLIDATE_SEED_OFFSET = 2_000_003  # the consolidation's rows: neither the batch's nor the anchor's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
 TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
@@ -160,6 +161,13 @@ class TrainConfig:
         "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
     anchor_cases: str = field(default="mix", metadata={
         "help": "A anchor rows: 'mix', 'balanced' or 'sqrt', as --a-cases draws the GRPO prompts"})
+    consolidate_steps: int = field(default=0, metadata={
+        "help": "after the last GRPO step, this many supervised steps on training rows drawn as the anchor's "
+                "(anchor_tasks, anchor_cases), a fresh AdamW at consolidate_lr, before the final eval and "
+                "checkpoint: what GRPO shifted of the stored answers, learned back (0: off)"})
+    consolidate_rows: int = field(default=128, metadata={"help": "rows per consolidation step"})
+    consolidate_lr: float = field(default=1e-5, metadata={
+        "help": "learning rate of the consolidation steps (constant; 1e-4 on the embedded model loses A instead)"})
     lora_rank: int = field(default=0, metadata={
         "help": "train low-rank adapters of this rank on the blocks' matrices instead of every weight (LoRA; "
                 "embeddings, biases and norms frozen; 0: off); LoRA usually wants a higher --lr"})
@@ -212,7 +220,12 @@ class TrainConfig:
             (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
         checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank")]
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank", "consolidate_steps")]
+        checks.append((not (self.consolidate_steps and self.lora_rank),
+                       "consolidate_steps trains every weight, lora_rank only the adapters: use one of them"))
+        checks.append((self.consolidate_rows >= 1 and self.consolidate_lr > 0,
+                       f"consolidate_rows must be >= 1 and consolidate_lr > 0, got {self.consolidate_rows}, "
+                       f"{self.consolidate_lr}"))
         checks.append((0 <= self.average_last <= 1, f"average_last is a share of the run's steps: it must be in "
                                                     f"[0, 1], got {self.average_last}"))
         for ok, reason in checks:
@@ -459,6 +472,33 @@ def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
         return None
     return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + ANCHOR_SEED_OFFSET,
                        a_cases=cfg.anchor_cases)
+
+
+def consolidate(model, tokenizer, cfg: TrainConfig, train_samples: list[Sample], d: Dist) -> dict[str, float]:
+    """cfg.consolidate_steps supervised steps of `model` (in place) on the stored targets of rows drawn as the
+    anchor's, seeded apart from the batches and the anchor; the mean target NLL of the first and of the last
+    quarter of the steps' rows (each step's rows before its update: one batch alone is mostly its rows' noise)."""
+    from rookworld.data.batches import TaskSampler
+
+    sampler = TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks],
+                          seed=cfg.seed + CONSOLIDATE_SEED_OFFSET, a_cases=cfg.anchor_cases)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.consolidate_lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0)
+    device = model.wte.weight.device
+    nll = []
+    for _ in range(cfg.consolidate_steps):
+        model.zero_grad(set_to_none=True)
+        term = Anchor.of(tokenizer, sampler.next(cfg.consolidate_rows), d, device).term(model, None, "loss", "")
+        term.backward()
+        nll.append(all_sum([float(term.detach())], d)[0])
+        _summed_grads(model, d)
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        optimizer.step()
+    model.zero_grad(set_to_none=True)
+    quarter = max(1, len(nll) // 4)
+    return {"consolidate/nll_first": sum(nll[:quarter]) / quarter,
+            "consolidate/nll_last": sum(nll[-quarter:]) / quarter}
 
 
 def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
@@ -862,6 +902,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             if average is not None and reason is None and state.step >= average_start(cfg):
                 average.update_parameters(policy)
             set_lr(optimizer, cfg, state)
+            if state.step == cfg.steps and cfg.consolidate_steps:
+                t2 = time.perf_counter()
+                metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
+                metrics["time/consolidate"] = time.perf_counter() - t2
             metrics.update({"beta": beta,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
                             **timings, "time/update": time.perf_counter() - t1,
