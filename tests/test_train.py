@@ -963,19 +963,20 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
-@pytest.mark.parametrize("zero_std,chunk,anchor,mode,credit,lora", [
-    ("keep", 2, 0, "loss", "sequence", 0), ("keep", 4, 0, "loss", "sequence", 0),
-    ("resample", 2, 0, "loss", "sequence", 0), ("keep", 2, 3, "loss", "sequence", 0),
-    ("keep", 2, 3, "project", "sequence", 0), ("keep", 2, 0, "loss", "field", 0),
-    ("keep", 2, 0, "loss", "sequence", 2)],
+@pytest.mark.parametrize("zero_std,chunk,anchor,mode,credit,lora,consolidate", [
+    ("keep", 2, 0, "loss", "sequence", 0, 0), ("keep", 4, 0, "loss", "sequence", 0, 0),
+    ("resample", 2, 0, "loss", "sequence", 0, 0), ("keep", 2, 3, "loss", "sequence", 0, 0),
+    ("keep", 2, 3, "project", "sequence", 0, 0), ("keep", 2, 0, "loss", "field", 0, 0),
+    ("keep", 2, 0, "loss", "sequence", 2, 0), ("keep", 2, 0, "loss", "sequence", 0, 2)],
     ids=["split chunks", "one chunk: rank 1 idle", "resampling", "anchor rows split 2 + 1", "projected anchor",
-         "field credit", "LoRA"])
+         "field credit", "LoRA", "consolidation rows split 3 + 2"])
 def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk, anchor, mode,
-                                                           credit, lora):
+                                                           credit, lora, consolidate):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, aggregation="dapo", entropy_coef=0.01, credit=credit)
     cfg = tiny_config(model_dir, data, tmp_path / "single", steps=2, checkpoint_every=2, zero_std=zero_std,
                       rollout_chunk=chunk, anchor_rows=anchor, anchor_tasks="PA", anchor_mode=mode, lora_rank=lora,
+                      consolidate_steps=consolidate, consolidate_rows=5, consolidate_lr=1e-3,
                       device="cpu")  # gloo, on any host
     single = weights(train.main(cfg, gcfg))
     ddp_cfg = replace(cfg, out=str(tmp_path / "ddp"))
@@ -988,7 +989,8 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
         torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=2e-5)
     # the logged step stats cover every rank's groups, not rank 0's alone
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
-        for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll"):
+        for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll",
+                    "consolidate/nll_first", "consolidate/nll_last"):
             assert a.get(key) == pytest.approx(b.get(key)), key
         if mode == "project":
             assert a["anchor/cos"] == pytest.approx(b["anchor/cos"], rel=1e-4)  # from gradients: rounding

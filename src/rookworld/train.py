@@ -464,24 +464,25 @@ def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
                        a_cases=cfg.a_cases, p_pool=cfg.p_pool, p_cases=cfg.p_cases)
 
 
-def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
-    """The sampler of the anchor rows (None when cfg.anchor_rows is 0)."""
+def anchor_kind_sampler(cfg: TrainConfig, train_samples: list[Sample], seed_offset: int):
+    """A sampler of training rows of the anchor's kind (anchor_tasks, anchor_cases), seeded at the run's seed
+    plus `seed_offset`."""
     from rookworld.data.batches import TaskSampler
 
-    if not cfg.anchor_rows:
-        return None
-    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + ANCHOR_SEED_OFFSET,
+    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + seed_offset,
                        a_cases=cfg.anchor_cases)
+
+
+def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
+    """The sampler of the anchor rows (None when cfg.anchor_rows is 0)."""
+    return anchor_kind_sampler(cfg, train_samples, ANCHOR_SEED_OFFSET) if cfg.anchor_rows else None
 
 
 def consolidate(model, tokenizer, cfg: TrainConfig, train_samples: list[Sample], d: Dist) -> dict[str, float]:
     """cfg.consolidate_steps supervised steps of `model` (in place) on the stored targets of rows drawn as the
     anchor's, seeded apart from the batches and the anchor; the mean target NLL of the first and of the last
     quarter of the steps' rows (each step's rows before its update: one batch alone is mostly its rows' noise)."""
-    from rookworld.data.batches import TaskSampler
-
-    sampler = TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks],
-                          seed=cfg.seed + CONSOLIDATE_SEED_OFFSET, a_cases=cfg.anchor_cases)
+    sampler = anchor_kind_sampler(cfg, train_samples, CONSOLIDATE_SEED_OFFSET)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.consolidate_lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0)
     device = model.wte.weight.device
