@@ -16,7 +16,7 @@ import copy
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -483,8 +483,7 @@ def consolidate(model, tokenizer, cfg: TrainConfig, train_samples: list[Sample],
     anchor's, seeded apart from the batches and the anchor; the mean target NLL of the first and of the last
     quarter of the steps' rows (each step's rows before its update: one batch alone is mostly its rows' noise)."""
     sampler = anchor_kind_sampler(cfg, train_samples, CONSOLIDATE_SEED_OFFSET)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.consolidate_lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0)
+    optimizer = training.make_optimizer(model, replace(cfg, lr=cfg.consolidate_lr, weight_decay=0.0))
     device = model.wte.weight.device
     nll = []
     for _ in range(cfg.consolidate_steps):
@@ -494,7 +493,7 @@ def consolidate(model, tokenizer, cfg: TrainConfig, train_samples: list[Sample],
         nll.append(all_sum([float(term.detach())], d)[0])
         _summed_grads(model, d)
         if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
     model.zero_grad(set_to_none=True)
     quarter = max(1, len(nll) // 4)
@@ -903,14 +902,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             if average is not None and reason is None and state.step >= average_start(cfg):
                 average.update_parameters(policy)
             set_lr(optimizer, cfg, state)
-            if state.step == cfg.steps and cfg.consolidate_steps:
-                t2 = time.perf_counter()
-                metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
-                metrics["time/consolidate"] = time.perf_counter() - t2
             metrics.update({"beta": beta,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
                             **timings, "time/update": time.perf_counter() - t1,
                             "time/step": time.perf_counter() - t0})
+            if state.step == cfg.steps and cfg.consolidate_steps:  # outside the step's time, as evaluation is
+                t2 = time.perf_counter()
+                metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
+                metrics["time/consolidate"] = time.perf_counter() - t2
             logger.log(state.step, metrics)
             logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
                                              "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])
