@@ -52,3 +52,26 @@ def test_another_tokenizer_is_refused(tmp_path, tokenizer, capsys):
     code = cli.main(["average", "--model", str(tmp_path / "a"), "--model", str(tmp_path / "b"),
                      "--out", str(tmp_path / "avg")])
     assert code == 2 and "its tokenizer differs" in one_error_line(capsys)
+
+
+def test_another_board_view_is_refused_in_either_order(tmp_path, tokenizer, capsys):
+    checkpoint(tmp_path / "fen", tokenizer, seed=0)
+    checkpoint(tmp_path / "named", tokenizer.with_view("named"), seed=1)  # the same tokens, boards read otherwise
+    for first, second in (("fen", "named"), ("named", "fen")):
+        code = cli.main(["average", "--model", str(tmp_path / first), "--model", str(tmp_path / second),
+                         "--out", str(tmp_path / "avg")])
+        assert code == 2 and "its tokenizer differs" in one_error_line(capsys)
+    assert not (tmp_path / "avg").exists()
+
+
+def test_an_out_holding_other_files_is_refused_and_kept(tmp_path, tokenizer, capsys):
+    mine = tmp_path / "mine"
+    checkpoint(mine / "ckpt", tokenizer, seed=0)  # an input inside --out
+    checkpoint(tmp_path / "b", tokenizer, seed=1)
+    (mine / "notes.txt").write_text("important")
+    code = cli.main(["average", "--model", str(mine / "ckpt"), "--model", str(tmp_path / "b"), "--out", str(mine)])
+    assert code == 2 and f"--out {mine}: holds {mine / 'ckpt'}" in one_error_line(capsys)
+    assert (mine / "notes.txt").read_text() == "important" and load_model(mine / "ckpt")
+    # a model directory is replaced, as before
+    assert cli.main(["average", "--model", str(mine / "ckpt"), "--model", str(tmp_path / "b"),
+                     "--out", str(tmp_path / "b")]) == 0

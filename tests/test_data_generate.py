@@ -242,6 +242,23 @@ def test_the_mate_in_one_fixture_is_what_its_manifest_says(fixtures_dir):
     assert all(mating_moves(chess.Board(s.fen)) for s in found.samples)
 
 
+def test_missing_or_empty_pgn_files_and_a_file_as_out_are_refused_before_any_work(tmp_path, capsys):
+    args = ["data", "generate", "--p-positions", "5", "--a-samples", "10", "--processes", "1"]
+    out, missing = tmp_path / "out", tmp_path / "missing.pgn"
+    assert cli.main([*args, "--out", str(out), "--pgn", str(missing)]) == 2
+    assert f"--pgn {missing}: not an existing file" in one_error_line(capsys)
+    empty, notes = tmp_path / "empty.pgn", tmp_path / "notes.pgn"
+    empty.write_text("")
+    notes.write_text("these are notes, not games\n")
+    assert cli.main([*args, "--out", str(out), "--pgn", str(empty), str(notes)]) == 2
+    assert f"--pgn {empty} {notes}: no standard chess game with moves" in one_error_line(capsys)
+    assert not out.exists()  # no shard written, nothing recorded as done
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert cli.main([*args, "--out", str(a_file)]) == 2
+    assert f"--out {a_file} is a file, not a directory" in one_error_line(capsys)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--temperature", "nan"], "--temperature finite and >= 0; got 4000, 1000, nan"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),

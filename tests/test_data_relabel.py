@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 
 import pytest
+from conftest import one_error_line
 
 from rookworld import cli
 from rookworld.data.generate import PROGRESS, GenerateConfig, generate
@@ -79,7 +80,9 @@ def test_an_interrupted_relabel_resumes_to_the_same_bytes(source, tmp_path):
     config = RelabelConfig(data=str(source), out=str(out), nodes=2000, processes=2)
     relabel(config)
     finished = _bytes(out)
-    assert {r["l"] for records in _records(out).values() for r in records if r["t"] == "P"} == {"nodes=2000"}
+    p_records = [r for records in _records(out).values() for r in records if r["t"] == "P"]
+    assert {r["l"] for r in p_records} == {"nodes=2000"}
+    assert all(r["e"] == sorted(r["e"], reverse=True) for r in p_records)  # ranked under a node limit too
     progress = json.loads((out / PROGRESS).read_text())
     last = sorted(progress["shards"])[-1]
     del progress["shards"][last]  # as if the run stopped before its last shard
@@ -101,6 +104,29 @@ def test_relabel_refuses_bad_input(source, tmp_path, capsys):
     shutil.copytree(source, used)  # a generation directory: its progress.json is another job's
     with pytest.raises(UserError, match="other settings"):
         relabel(RelabelConfig(data=str(source), out=str(used), depth=3))
+
+
+def test_relabel_refuses_a_broken_source_or_a_file_as_out_in_one_line(source, tmp_path, capsys):
+    def relabel_cli(data, out):
+        return cli.main(["data", "relabel", "--data", str(data), "--out", str(out), "--processes", "1"])
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert relabel_cli(source, a_file) == 2
+    assert f"--out {a_file} is a file, not a directory" in one_error_line(capsys)
+    manifest, shard = (source / "manifest.json").read_bytes(), (source / "shard-00000.jsonl.gz").read_bytes()
+    for name, broken_file, content, message in (
+            ("empty", "manifest.json", b"{}", " is not a `rookworld data generate` manifest"),
+            ("not_json", "manifest.json", b"not json", " is not a `rookworld data generate` manifest"),
+            ("junk", "shard-00000.jsonl.gz", b"junk\n", ": not a valid gzip file"),
+            ("bad_json", "shard-00000.jsonl.gz", gzip.compress(b"not json\n"), ":1: invalid JSON")):
+        broken = tmp_path / name
+        broken.mkdir()
+        (broken / "manifest.json").write_bytes(manifest)
+        (broken / "shard-00000.jsonl.gz").write_bytes(shard)
+        (broken / broken_file).write_bytes(content)
+        assert relabel_cli(broken, tmp_path / f"{name}-out") == 2
+        assert f"{broken / broken_file}{message}" in one_error_line(capsys)
 
 
 def test_a_changed_line_count_gets_an_order_drawn_from_the_position():

@@ -5,6 +5,7 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -12,10 +13,11 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import one_error_line
 
 from rookworld import arbiter, cli, text
 from rookworld.data import Sample, load_source
-from rookworld.data.sources import load_files, load_hub
+from rookworld.data.sources import embedded_path, load_files, load_hub
 from rookworld.errors import UserError
 
 
@@ -102,6 +104,21 @@ def test_a_source_without_a_usable_row_is_a_user_error(tmp_path):
         load_source(str(_write(tmp_path / "rows.csv", ["x"])))
 
 
+def test_a_file_that_cannot_be_read_as_its_type_is_one_error_line_naming_it(fixtures_dir, tmp_path, capsys):
+    (tmp_path / "mixed").mkdir()
+    shutil.copy(fixtures_dir / "rook_val_sample.txt", tmp_path / "mixed" / "a.txt")
+    (tmp_path / "mixed" / "b.txt").write_bytes(b"caf\xe9\n")
+    (tmp_path / "fake.jsonl.gz").write_text("not gzip\n")
+    shard = next(embedded_path().rglob("shard-*.jsonl.gz")).read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(shard[:3000])
+    (tmp_path / "fake.parquet").write_text("not parquet\n")
+    expected = {"mixed": "mixed/b.txt: not valid UTF-8 text", "fake.jsonl.gz": "fake.jsonl.gz: not a valid gzip file",
+                "cut.jsonl.gz": "cut.jsonl.gz: truncated", "fake.parquet": "fake.parquet: not a readable parquet file"}
+    for name, message in expected.items():
+        assert cli.main(["data", "stats", str(tmp_path / name)]) == 2
+        assert message in one_error_line(capsys)
+
+
 def test_hub_loading_reads_splits_through_datasets(hub_rows, tmp_path):
     pq.write_table(pa.table({"text": hub_rows[:400]}), tmp_path / "train.parquet")
     pq.write_table(pa.table({"text": hub_rows[400:]}), tmp_path / "test.parquet")
@@ -123,6 +140,8 @@ def test_an_uncached_hub_id_offline_fails_fast_with_a_user_error():
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2
     assert "cannot load hub dataset 'nobody-here/no-such-dataset-xyz'" in done.stderr
+    # an id shaped like `dir/name` may have been meant as a local path: the error says that there is none
+    assert "no local file or directory 'nobody-here/no-such-dataset-xyz' exists either" in done.stderr
     assert time.monotonic() - started < 30
 
 
@@ -143,6 +162,15 @@ def test_export_writes_samples_that_load_back_identically(hub_rows, tmp_path, ca
     assert [s.to_json() for s in again] == [s.to_json() for s in load_source(str(source), "all").samples]
 
 
+def test_export_refuses_an_out_that_would_not_load_back(hub_rows, tmp_path, capsys):
+    source = _write(tmp_path / "rows.txt", hub_rows[:5])
+    (tmp_path / "a_dir").mkdir()
+    for out, message in ((tmp_path / "a_dir", " is a directory"), (tmp_path / "exported.txt", ": export writes")):
+        assert cli.main(["data", "export", "--source", str(source), "--out", str(out)]) == 2
+        assert f"--out {out}{message}" in one_error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "rows.txt"]  # nothing written
+
+
 def test_stats_and_export_limit_read_the_first_samples_only(hub_rows, tmp_path, capsys):
     source = _write(tmp_path / "rows.txt", hub_rows)
     out = tmp_path / "first.jsonl"
@@ -158,7 +186,6 @@ def test_stats_and_export_limit_read_the_first_samples_only(hub_rows, tmp_path, 
 
 
 def test_the_embedded_dataset_is_the_default_and_split_by_game():
-    from rookworld.data.sources import embedded_path
     from rookworld.data.splits import sample_split
 
     for side in ("train", "eval"):  # two generated sets, one per side of the split

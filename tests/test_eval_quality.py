@@ -181,9 +181,16 @@ def test_paired_delta_is_the_mean_change_per_prompt_with_its_paired_se():
     assert delta["P/acpl/delta"] == pytest.approx(-1.0)
     assert delta["P/acpl/delta/se"] == pytest.approx(np.std(changes, ddof=1) / 2)  # 0.41; unpaired SEs: about 3.6
     assert "P/eval_mae/delta" not in delta  # only metrics both models have on a prompt
+    assert delta["P/acpl/delta/n"] == 4
+    partial = metrics.paired_delta([{"P/eval_mae": [0.5]}, {"P/eval_mae": [2.0]}], [{}, {"P/eval_mae": [1.0]}])
+    assert (partial["P/eval_mae/delta"], partial["P/eval_mae/delta/n"]) == (1.0, 1)  # the prompt both have
+    from rookworld.evaluate import _cell
+    assert _cell({"m": 1.25, "m/se": 0.5, "m/n": 2, "m/delta": 1.0, "m/delta/se": 0.0, "m/delta/n": 1}, "m") == \
+        "1.2500 ± 0.5000 (n=2) Δ +1.0000 ± 0.0000 (paired n=1)"
     by_game = metrics.paired_delta(after, before, ["g1", "g1", "g2", "g2"])
     assert by_game["P/acpl/delta/se"] == pytest.approx(metrics.estimate([[-1.0, 0.0], [-2.0, -1.0]]).se)
     assert metrics.is_statistic("P/acpl/delta") and metrics.is_statistic("P/acpl/delta/se")
+    assert metrics.is_statistic("P/acpl/delta/n")
 
 
 @pytest.mark.stockfish

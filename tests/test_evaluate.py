@@ -66,6 +66,18 @@ def test_label_accuracy_follows_the_datas_own_b_label():
     assert m["P/best_move_acc_label"] == 1.0 and m["P/best_move_acc"] == 0.0
 
 
+def test_castling_written_king_takes_rook_is_the_castling_move_as_move_quality_reads_it():
+    fen = "r3k2r/pppq1ppp/2npbn2/2b1p3/2B1P3/2NPBN2/PPPQ1PPP/R3K2R w KQkq - 4 8"
+    analysis = Analysis(fen, ("e1g1", "e1c1", "h2h3", "a2a3", "c3d5"), (0.5, 0.4, 0.3, 0.2, 0.1), "depth=10")
+    sample = Sample("P", text.p_prompt(fen), text.p_target(fen, analysis.moves, analysis.evals, "e1g1"), analysis,
+                    {"label_best": "e1g1"})
+    for written in ("e1g1", "e1h1"):
+        m = metrics.p_metrics(sample, text.p_target(fen, analysis.moves, analysis.evals, written))
+        assert (m["P/best_move_legal"], m["P/best_move_acc"], m["P/best_move_acc_label"]) == (1.0, 1.0, 1.0), written
+    m = metrics.p_metrics(sample, text.p_target(fen, analysis.moves, analysis.evals, "e1a1"))  # queenside
+    assert (m["P/best_move_legal"], m["P/best_move_acc"]) == (1.0, 0.0)
+
+
 MATE_FEN = "7k/6pp/8/8/8/8/8/R2Q2K1 w - - 0 1"  # two mates in one: d1d8 and a1a8
 MATE_ANALYSIS = Analysis(MATE_FEN, ("d1d8", "a1a8", "d1d4", "g1f2", "a1a2"), (10.0, 10.0, 9.0, 8.0, 7.0), "depth=10")
 MATE = Sample("P", text.p_prompt(MATE_FEN), text.p_target(MATE_FEN, MATE_ANALYSIS.moves, MATE_ANALYSIS.evals, "d1d8"),
@@ -175,6 +187,22 @@ def test_eval_command_bad_predictions_file_is_one_line(tmp_path, capsys):
     path.write_text('{"prompt": "X: nothing", "completion": ""}\n')
     assert cli.main(["eval", "--predictions", str(path), "--processes", "1"]) == 2
     assert "line 1" in capsys.readouterr().err
+    path.write_bytes(b'\xff\xfe{"prompt": 1}\n')
+    assert cli.main(["eval", "--predictions", str(path), "--processes", "1"]) == 2
+    assert "not UTF-8 text" in capsys.readouterr().err
+
+
+def test_eval_output_paths_are_checked_before_the_work(tmp_path, capsys):
+    a = a_sample("A: " + FEN + "+f1b5+f1b5+")
+    path = tmp_path / "pred.jsonl"
+    path.write_text(json.dumps({"prompt": a.prompt, "completion": a.target}) + "\n")
+    for flag in ("--out", "--markdown"):
+        assert cli.main(["eval", "--predictions", str(path), flag, str(tmp_path)]) == 2
+        err = capsys.readouterr()
+        assert f"{flag} {tmp_path} is a directory" in err.err and "A/exact" not in err.out  # nothing evaluated
+    out, table = tmp_path / "new" / "m.json", tmp_path / "other" / "m.md"
+    assert cli.main(["eval", "--predictions", str(path), "--out", str(out), "--markdown", str(table)]) == 0
+    assert json.loads(out.read_text())["pred.jsonl"]["A/exact"] == 1.0 and "A/exact" in table.read_text()
 
 
 def test_forced_choice_gives_the_target_up_to_b_and_scores_the_greedy_move():

@@ -317,6 +317,30 @@ def test_sample_command_reports_bad_input(saved_checkpoint, capsys, monkeypatch,
     assert code == 2 and "embedded default model is missing" in err and "--model" in err
 
 
+@pytest.mark.parametrize("flags, message", [
+    (["--max-new-tokens", "0"], "--max-new-tokens 0: must be >= 1"),
+    (["--max-new-tokens", "-3"], "--max-new-tokens -3: must be >= 1"),
+    (["--device", "foo"], "--device foo: not a torch device"),
+    (["--device", "cuda:99"], "--device cuda:99: "),  # no CUDA here, or not that many devices
+])
+def test_sample_command_names_the_bad_flag_in_one_line(saved_checkpoint, capsys, flags, message):
+    code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", CLI_PROMPTS[0], *flags)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and message in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_sample_command_on_cuda_without_cuda_says_so(saved_checkpoint, capsys):
+    code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", CLI_PROMPTS[0], "--device", "cuda")
+    assert code == 2 and "--device cuda: no CUDA device here; leave --device out or pass cpu" in err
+
+
+def test_greedy_ignores_the_sampling_flags(saved_checkpoint, capsys):
+    flags = ["--model", str(saved_checkpoint), "--prompt", CLI_PROMPTS[1], "--max-new-tokens", "20", "--device", "cpu",
+             "--greedy"]
+    greedy = run_cli(capsys, *flags)
+    assert greedy[0] == 0 and run_cli(capsys, *flags, "--temperature", "0", "--top-p", "0") == greedy
+
+
 def test_sample_command_default_limit_fits_the_context(capsys):
     """The embedded model has 320 positions: a long A prompt leaves less than 256 for the completion."""
     import json

@@ -15,7 +15,7 @@ import torch
 from conftest import FIXTURES
 
 from rookworld.errors import UserError
-from rookworld.hub import load_model, read_metadata, save_model
+from rookworld.hub import check_model_out, load_model, read_metadata, save_model
 from rookworld.model import GPT, GPTConfig
 from rookworld.tokenizer import Tokenizer
 
@@ -182,6 +182,25 @@ def test_save_replaces_an_existing_checkpoint_and_leaves_nothing_behind(tmp_path
         save_model(first, gpt2_tokenizer, tmp_path / "file")
 
 
+@pytest.mark.parametrize("other", ["notes.txt", "checkpoint-last/config.json", "metrics.jsonl"])
+def test_save_refuses_a_directory_holding_more_than_a_model(tmp_path, gpt2_tokenizer, other):
+    """Replacing deletes the old directory whole: a folder of the user's files or a run directory is never one."""
+    model = GPT(GPTConfig(**TINY))
+    save_model(model, gpt2_tokenizer, tmp_path / "mine")
+    (tmp_path / "mine" / other).parent.mkdir(exist_ok=True)
+    (tmp_path / "mine" / other).write_text("important")
+    with pytest.raises(UserError, match=re.escape(f"--out {tmp_path / 'mine'}: holds {tmp_path / 'mine'}/")):
+        check_model_out(tmp_path / "mine", "--out")
+    with pytest.raises(UserError, match="not part of a model"):
+        save_model(model, gpt2_tokenizer, tmp_path / "mine")
+    assert (tmp_path / "mine" / other).read_text() == "important"
+    # nor the `.old` copy beside it, which replacing deletes as left by a crash
+    (tmp_path / "mine").rename(tmp_path / "new.old")
+    with pytest.raises(UserError, match="not part of a model"):
+        save_model(model, gpt2_tokenizer, tmp_path / "new")
+    assert (tmp_path / "new.old" / other).is_file() and not (tmp_path / "new").exists()
+
+
 def test_chess_tokenizer_checkpoint_round_trips(tmp_path):
     lines = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()
     tokenizer = Tokenizer.train_chess(lines, vocab_size=300)
@@ -225,6 +244,8 @@ BAD_CHECKPOINTS = {
     "no config": (lambda d: (d / "config.json").unlink(), "", "no config.json"),
     "config not json": (lambda d: (d / "config.json").write_text("{oops"), "config.json", "not valid JSON"),
     "config without n_embd": (lambda d: _edit_config(d, n_embd=None), "config.json", "n_embd must be"),
+    "null epsilon": (lambda d: _edit_config(d, layer_norm_epsilon=None), "config.json",
+                     "layer_norm_epsilon must be a positive number, got None"),
     "relu model": (lambda d: _edit_config(d, activation_function="relu"), "config.json", "activation_function"),
     "untied head": (lambda d: _edit_config(d, tie_word_embeddings=False), "config.json", "tie_word_embeddings"),
     "truncated safetensors": (lambda d: _truncate(d / "model.safetensors"), "model.safetensors",
@@ -258,19 +279,27 @@ def test_garbage_pytorch_bin_is_a_user_error(tmp_path, tiny_checkpoint, content)
     directory = _copy_checkpoint(tiny_checkpoint[0], tmp_path / "ckpt")
     (directory / "model.safetensors").unlink()
     (directory / "pytorch_model.bin").write_bytes(content)
-    with pytest.raises(UserError, match=re.escape(str(directory / "pytorch_model.bin"))):
+    with pytest.raises(UserError, match=re.escape(str(directory / "pytorch_model.bin"))) as error:
         load_model(directory)
+    _assert_one_safe_line(str(error.value))
+
+
+def _assert_one_safe_line(message: str) -> None:
+    """One line, and not torch's advice to load with weights_only=False (arbitrary code execution)."""
+    assert "\n" not in message and "weights_only" not in message, message
 
 
 def test_pytorch_bin_with_pickled_objects_is_refused(tmp_path, tiny_checkpoint):
     directory = _copy_checkpoint(tiny_checkpoint[0], tmp_path / "ckpt")
     (directory / "model.safetensors").unlink()
     torch.save({"weights": Path("/etc/passwd")}, directory / "pytorch_model.bin")  # not a plain tensor dict
-    with pytest.raises(UserError, match="pytorch_model.bin"):
+    with pytest.raises(UserError, match="pytorch_model.bin.*other pickled objects, which are never loaded") as error:
         load_model(directory)
+    _assert_one_safe_line(str(error.value))
 
 
-@pytest.mark.parametrize("name", ["./no/such/checkpoint", "no-such-dir", "/a/b/c"])
+@pytest.mark.parametrize("name", ["./no/such/checkpoint", "no-such-dir", "/a/b/c",
+                                  "runs/sft--old", "a/b..c", "runs/ckpt."])  # owner/name shapes the hub refuses
 def test_missing_local_path_is_a_user_error(name):
     with pytest.raises(UserError, match=re.escape(name) + ": no such checkpoint directory"):
         load_model(name)

@@ -242,6 +242,11 @@ def test_the_elo_difference_follows_the_score_on_the_logistic_curve():
     assert low < elo_difference(score.mean) < high and high is not None
     assert elo_interval(estimate([[1.0], [0.0]]))[1] is None  # 0.5 ± 1.96 × 0.5 passes a score of 1: unbounded
     assert elo_interval(estimate([[1.0]])) is None  # one game: no SE, no interval
+    # 20 draws (or 10 pairs each split win and loss) have an SE of 0, which is no certainty: no interval either,
+    # where 19 draws and a loss give one from -52 to +17
+    assert elo_interval(estimate([[0.5]] * 20)) is None and elo_interval(estimate([[1.0, 0.0]] * 10)) is None
+    assert elo_interval(estimate([[0.5]] * 19 + [[0.0]])) == [pytest.approx(-51.8, abs=0.1),
+                                                               pytest.approx(16.7, abs=0.1)]
 
 
 def test_the_score_of_games_paired_by_opening_has_its_se_clustered_by_pair():
@@ -261,6 +266,11 @@ def test_the_score_of_games_paired_by_opening_has_its_se_clustered_by_pair():
     assert elo_text(summary(games, [], paired=True)) == "+inf (95%: -291 to +inf)"
     assert elo_text(summary(games, [])) == "+inf (95%: -72 to +inf)"  # four games: p^4 = 2.5% at p = 0.398
     assert elo_text(summary(games[:1], [])) == "+inf"  # one game: no interval
+    for game in games[1::2]:  # every pair split: won with one colour, lost with the other
+        game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, not game.model_color)
+    split = summary(games, [], paired=True)
+    assert split["score_se"] == 0.0 and split["elo_interval"] is None
+    assert elo_text(split) == "+0 (no 95% interval: every game or pair scored the same)"
     for game in games:
         game.outcome = chess.Outcome(chess.Termination.VARIANT_WIN, not game.model_color)
     assert summary(games, [])["elo_interval"] == [None, pytest.approx(elo_difference(1 - 0.025 ** 0.25))]
@@ -328,7 +338,7 @@ def test_games_at_the_ply_limit_go_to_the_side_stockfish_puts_ahead():
 
 
 def _play(tmp_path, name, *flags):
-    out, pgn = tmp_path / f"{name}.json", tmp_path / f"{name}.pgn"
+    out, pgn = tmp_path / "out" / f"{name}.json", tmp_path / "games" / f"{name}.pgn"  # directories made by play
     assert main(["play", *flags, "--threads", "1", "--out", str(out), "--pgn", str(pgn)]) == 0
     return json.loads(out.read_text()), pgn
 
@@ -424,6 +434,15 @@ def test_games_against_stockfish_skill_0(tmp_path):
     _check_consistent(results, 12)
     _check_pgn(pgn, results, "Stockfish skill 0")
     assert results["settings"]["skill"] == 0 and results["settings"]["depth"] == 1
+
+
+@pytest.mark.stockfish
+def test_a_model_that_never_moved_has_no_acpl(tmp_path, capsys):
+    # the model is white; one opening ply, then the random mover's ply reaches the limit
+    results, _ = _play(tmp_path, "unmoved", "--opponent", "random", "--games", "1", "--opening-plies", "1",
+                       "--max-plies", "2")
+    assert results["model_moves"] == 0 and results["acpl"] is None and results["acpl_legal"] is None
+    assert "acpl n/a, illegal rate 0.000" in capsys.readouterr().out
 
 
 @pytest.mark.stockfish
@@ -615,6 +634,9 @@ def test_games_with_votes_on_both_sides_and_in_self_play(tmp_path):
     (["--opponent", "random", "--games", "0"], "--games 0: must be >= 1"),
     (["--opponent", "random", "--max-plies", "0"], "--max-plies 0: must be >= 1"),
     (["--opponent", "random", "--adjudicate", "-1"], "--adjudicate -1: pawns must be >= 0"),
+    (["--opponent", "random", "--games", "1", "--max-plies", "2", "--pgn", "/proc/no/x.pgn"],
+     "--pgn /proc/no/x.pgn: cannot create its directory"),
+    (["--opponent", "random", "--games", "1", "--max-plies", "2", "--out", "/"], "--out / is a directory"),
 ])
 def test_bad_flags_are_one_line_errors(flags, named, capsys):
     assert main(["play", *flags]) == 2

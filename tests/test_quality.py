@@ -23,6 +23,9 @@ def test_judge_on_constructed_evals():
     assert illegal.score_loss == pytest.approx(expected_score(2.0))  # a forfeit: the whole expected score
     assert [judge(0.0, -x).band for x in (0.1, 0.4, 0.8, 2.0, 5.0)] == \
         ["excellent", "good", "inaccuracy", "mistake", "blunder"]
+    # a loss of exactly a band's bound is in that band, whatever the float subtraction leaves (1.33 - 0.83)
+    for cents, band in [(20, "excellent"), (50, "good"), (100, "inaccuracy"), (300, "mistake")]:
+        assert {judge((move + cents) / 100, move / 100).band for move in range(-400, 400)} == {band}
     shares = band_shares([judge(0, 0), judge(0, -5), judge(0, None), judge(0, -0.1)])
     assert shares == {"best": 0.25, "excellent": 0.25, "good": 0.0, "inaccuracy": 0.0, "mistake": 0.0,
                       "blunder": 0.5}

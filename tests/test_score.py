@@ -24,7 +24,16 @@ BAD_LINES = [
     (json.dumps({"prompt": "A: " + arbiter.parse_fen("8/8/8/8/8/8/8/k1K5 w - - 0 1").fen() + "+zz+zz+",
                  "completion": ""}), "not a UCI move"),
     (json.dumps({"prompt": "P: 8/8/8/8/8/8/8/k1K5 w - - 0 1", "completion": "", "analysis": {"fen": 1}}),
-     "'analysis' is not an Analysis.to_json() object"),
+     "'analysis' is not a usable Analysis.to_json() object: an analysis needs a FEN string"),
+    *[(json.dumps({"prompt": "P: 8/8/8/8/8/8/8/k1K5 w - - 0 1", "completion": "B: c1d2",
+                   "analysis": {"fen": fen, "moves": moves, "evals": evals}}), reason)
+      for fen, moves, evals, reason in [
+          (None, ["c1d2"], [0.0], "needs a FEN string"),
+          ("8/8/8/8/8/8/8/k1K5 w - - 0 1", ["c1d2"], [float("nan")], "finite numbers"),
+          ("8/8/8/8/8/8/8/k1K5 w - - 0 1", [], [], "names no move"),
+          ("8/8/8/8/8/8/8/k1K5 w - - 0 1", ["c1b1"], [0.0], "moves not legal"),
+          ("8/8/8/8/8/8/8/k1K5 w - - 0 1", ["c1d2", "c1d2"], [0.0, 0.0], "named twice"),
+          ("8/8/8/8/8/8/8/8 w - - 0 1", ["c1d2"], [0.0], "not a legal chess position")]],
     (json.dumps({"prompt": "P: 8/8/8/8/8/8/8/k1K5 w - - 0 1", "completion": "",
                  "analysis": Analysis("8/8/8/8/8/8/8/K1k5 w - - 0 1", ("a1a2",), (0.0,), "x").to_json()}),
      "analysis of"),
@@ -134,8 +143,10 @@ def test_missing_input_is_a_user_error(tmp_path, capsys):
     assert score_cli("--input", tmp_path / "missing.jsonl", "--output", tmp_path / "out.jsonl") == 2
     assert "input file not found" in capsys.readouterr().err
     write_jsonl(tmp_path / "in.jsonl", [])
-    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "no" / "out.jsonl") == 2
-    assert "output directory does not exist" in capsys.readouterr().err
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path) == 2  # refused before any scoring
+    assert f"--output {tmp_path} is a directory" in capsys.readouterr().err
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "new" / "out.jsonl") == 0
+    assert (tmp_path / "new" / "out.jsonl").read_text() == ""  # its directory made
     assert score_cli("--input", tmp_path / "in.jsonl") == 2
     assert "needs --input" in capsys.readouterr().err
 

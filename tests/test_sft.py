@@ -173,6 +173,41 @@ def test_resume_continues_bit_identically(data_file, tmp_path, mode, fresh_a):
     assert steps == [1, 2, 3, 4, 5, 6]
 
 
+def test_resume_may_turn_fresh_a_on(data_file, tmp_path):
+    main(_config(data_file, tmp_path / "run", steps=2, eval_every=0))  # fresh_a 0: no fresh stream saved
+    main(_config(data_file, tmp_path / "run", steps=4, eval_every=0, fresh_a=0.5), resume=True)
+    assert checkpoint.read_info(tmp_path / "run" / checkpoint.LAST)["step"] == 4
+
+
+def test_best_metric_where_lower_is_better_keeps_the_lowest(data_file, tmp_path):
+    from rookworld.hub import resolve_default_model
+
+    main(_config(data_file, tmp_path / "run", init_from=str(resolve_default_model()), n_layer=None, n_head=None,
+                 n_embd=None, n_positions=None, steps=3, lr=3e-4, warmup_steps=0, eval_every=1, checkpoint_every=1,
+                 keep_last=3, best_metric="eval/P/eval_mae", threads=1))
+    values = [checkpoint.read_info(tmp_path / "run" / checkpoint.step_dir_name(step))["metrics"]["eval/P/eval_mae"]
+              for step in (1, 2, 3)]
+    assert len(set(values)) > 1  # the highest is another checkpoint than the lowest
+    best = checkpoint.read_info(tmp_path / "run" / checkpoint.BEST)
+    assert best["metrics"]["eval/P/eval_mae"] == min(values)
+
+
+@pytest.mark.parametrize("export, message", [
+    ("run", "overlaps the run directory --out"),  # the export would replace the run's checkpoints and logs
+    (".", "overlaps the run directory --out"),
+    ("run/model", "overlaps the run directory --out"),
+    ("mine", "holds"),  # a folder of other files
+])
+def test_an_export_that_would_delete_other_files_is_refused_before_training(data_file, tmp_path, capsys, export,
+                                                                            message):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("important")
+    code = cli.main(["sft", "--data", str(data_file), "--out", str(tmp_path / "run"), "--export",
+                     str(tmp_path / export), "--steps", "1", "--tensorboard", "false"])
+    assert code == 2 and f"--export {tmp_path / export}: {message}" in one_error_line(capsys)
+    assert not (tmp_path / "run").exists() and (tmp_path / "mine" / "notes.txt").read_text() == "important"
+
+
 def test_cli_trains_and_writes_a_loadable_checkpoint_and_export(data_file, tmp_path):
     config = tmp_path / "sft.toml"
     config.write_text(f'data = "{data_file}"\npreset = "tiny"\nsteps = 3\nbatch_size = 4\neval_samples = 4\n'
@@ -275,6 +310,7 @@ def test_tokenizer_view_with_init_from_converts_a_model_to_the_view(data_file, t
     (["--seed", "-1"], "seed must be >= 0, got -1"),
     (["--tokenizer-vocab", "100"], "vocab_size=100 is too small"),
     (["--tokenizer-view", "ranks"], "tokenizer_view must be one of fen, squares, named, got 'ranks'"),
+    (["--best-metric", "P/acpl"], "best_metric must name a metric of the run's evaluation"),
 ])
 def test_bad_sft_flags_are_one_clear_line(data_file, tmp_path, capsys, flags, message):
     assert cli.main(["sft", "--data", str(data_file), "--out", str(tmp_path / "run"), "--steps", "1", *flags]) == 2

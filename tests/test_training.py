@@ -26,6 +26,8 @@ def test_lr_schedules(config_cls):
     assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
     floor = dataclasses.replace(cfg, min_lr_ratio=0.1)
     assert training.lr_factor(floor, 10) == pytest.approx(0.1)
+    # the floor falls at step `steps`, one past the last: PyTorch's and Hugging Face's count (docs/grpo.md)
+    assert training.lr_factor(floor, 9) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 7 / 8)))
     assert training.lr_factor(floor, 5) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))
     linear = dataclasses.replace(cfg, lr_schedule="linear")
     assert training.lr_factor(linear, 6) == pytest.approx(0.5)

@@ -42,7 +42,7 @@ def test_position_commands():
     assert board.fen() == "rnbqkbnr/pppp1ppp/8/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R b KQkq - 1 2"
     fen = "6k1/5ppp/8/8/8/8/8/R5K1 w - - 0 30"
     assert parse_position(["fen", *fen.split(), "moves", "a1a8"]).is_checkmate()
-    for bad in ([], ["fen"], ["middlegame"], ["startpos", "moves", "e2e5"]):
+    for bad in ([], ["fen"], ["middlegame"], ["startpos", "moves", "e2e5"], ["moves", "e2e4"]):
         with pytest.raises(ValueError):
             parse_position(bad)
 
@@ -50,7 +50,7 @@ def test_position_commands():
 def test_serve_answers_every_command_with_the_embedded_model():
     player = ModelPlayer.load(threads=1, fallback="listed")
     commands = ["uci", "isready", "setoption name Hash value 16", "ucinewgame", "position startpos moves e2e4",
-                "go wtime 1000 btime 1000", "position nonsense", "stop",
+                "go wtime 1000 btime 1000", "position nonsense", "position moves e2e4", "stop",
                 "position fen 6k1/5ppp/8/8/8/8/5PPP/3r2K1 w - - 0 30", "go depth 5", "quit", "isready"]
     out = io.StringIO()
     serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
@@ -60,8 +60,24 @@ def test_serve_answers_every_command_with_the_embedded_model():
                          "option name AvoidRepetition type string default off", "uciok", "readyok"]
     first = next(line for line in lines if line.startswith("bestmove"))
     assert chess.Move.from_uci(first.split()[1]) in parse_position(["startpos", "moves", "e2e4"]).legal_moves
-    assert any(line.startswith("info string ignored position") for line in lines)
+    assert sum(line.startswith("info string ignored position") for line in lines) == 2
     assert lines[-1] == "bestmove 0000"  # white is mated there; and nothing is answered after quit
+
+
+def test_go_infinite_and_go_ponder_hold_the_bestmove_until_stop_or_ponderhit():
+    player = ModelPlayer.load(threads=1, fallback="listed")
+    commands = ["position startpos moves e2e4", "go infinite", "isready", "stop", "stop",
+                "go ponder wtime 1000 btime 1000", "isready", "ponderhit",
+                "go ponder infinite", "ponderhit", "isready", "stop",  # infinite after the ponderhit: until stop
+                "position fen 6k1/5ppp/8/8/8/8/5PPP/3r2K1 w - - 0 30", "go infinite", "stop",  # mated: 0000, held
+                "go infinite", "quit", "stop"]
+    out = io.StringIO()
+    serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
+    lines = [line for line in out.getvalue().splitlines() if not line.startswith("info string")]
+    assert [line.split()[0] for line in lines] == ["readyok", "bestmove"] * 3 + ["bestmove"]
+    board = parse_position(["startpos", "moves", "e2e4"])
+    assert all(chess.Move.from_uci(line.split()[1]) in board.legal_moves for line in lines[1:6:2])
+    assert lines[-1] == "bestmove 0000"  # and nothing for the go infinite that quit ended
 
 
 # the third game of a match of the embedded model against itself (`rookworld play --opponent model --seed 0`):
@@ -90,7 +106,7 @@ def test_setoption_sets_the_two_rules_and_says_what_it_ignored():
     commands = ["setoption name Votes value 5", "setoption name avoidrepetition value 0.5", "uci",
                 "setoption name Votes value 0", "setoption name Votes value many", "setoption name Votes value 65",
                 "setoption name AvoidRepetition value ahead", "setoption name Hash value 16", "setoption Votes",
-                "isready"]
+                "setoption name Votes value \u00b2", "isready"]  # '²' is a digit to str.isdigit, not to int()
     out = io.StringIO()
     serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
     lines = out.getvalue().splitlines()
@@ -100,6 +116,7 @@ def test_setoption_sets_the_two_rules_and_says_what_it_ignored():
                          "info string ignored setoption Votes 'many': give a whole number from 1 to 64",
                          "info string ignored setoption Votes '65': give a whole number from 1 to 64",
                          "info string ignored setoption AvoidRepetition 'ahead': give the pawns (e.g. 1) or off",
+                         "info string ignored setoption Votes '\u00b2': give a whole number from 1 to 64",
                          "readyok"]
     assert (player.votes, player.avoid_repetition) == (5, 0.5)  # the bad values changed nothing
     serve(player, "test", io.StringIO("setoption name AvoidRepetition value OFF\nsetoption name Votes value 1\n"),
@@ -146,6 +163,9 @@ def test_python_chess_plays_a_short_game_against_it():
                 break
             board.push(rng.choice(list(board.legal_moves)))
         assert len(board.move_stack) >= 7
+        with engine.analysis(board) as analysis:  # go infinite: the bestmove comes after python-chess's stop
+            analysis.stop()
+            assert analysis.wait().move in board.legal_moves
     finally:
         engine.quit()
 

@@ -6,6 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import chess
+
+from rookworld.arbiter import parse_fen
 from rookworld.text import MAX_CANDIDATES
 
 MATE_PAWNS = 1000.0  # a mate in n for the side to move is +(1000 - n/100) pawns, as in RookWorld data
@@ -52,6 +55,12 @@ class Analysis:
         if len(self.moves) != len(self.evals):
             raise ValueError(f"analysis of {self.fen!r}: {len(self.moves)} moves but {len(self.evals)} evals")
 
+    def ranked(self) -> Analysis:
+        """The same lines sorted by eval, best first; a stable sort, so ties keep their order. Data rows list
+        their moves shuffled, and a node-limited search can list lines of an unfinished iteration out of order."""
+        lines = sorted(zip(self.moves, self.evals), key=lambda line: -line[1])
+        return Analysis(self.fen, tuple(m for m, _ in lines), tuple(e for _, e in lines), self.limit)
+
     @property
     def best(self) -> str | None:
         return self.moves[0] if self.moves else None
@@ -72,5 +81,27 @@ class Analysis:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Analysis:
-        return cls(fen=data["fen"], moves=tuple(data["moves"]), evals=tuple(float(e) for e in data["evals"]),
-                   limit=str(data.get("limit", "")))
+        """Raises ValueError unless the fields have their types: a FEN string, move strings, finite evals."""
+        fen, moves, evals = data.get("fen"), data.get("moves"), data.get("evals")
+        if not isinstance(fen, str):
+            raise ValueError(f"an analysis needs a FEN string, got {fen!r}")
+        if not isinstance(moves, list | tuple) or not all(isinstance(m, str) for m in moves):
+            raise ValueError(f"analysis of {fen!r}: moves must be a list of UCI strings, got {moves!r}")
+        if not isinstance(evals, list | tuple) or not all(
+                isinstance(e, int | float) and not isinstance(e, bool) and math.isfinite(e) for e in evals):
+            raise ValueError(f"analysis of {fen!r}: evals must be a list of finite numbers (pawns), got {evals!r}")
+        return cls(fen=fen, moves=tuple(moves), evals=tuple(float(e) for e in evals), limit=str(data.get("limit", "")))
+
+
+def legal_analysis(analysis: Analysis) -> Analysis:
+    """`analysis` itself if it is of a legal position and names distinct legal moves, some when any exist;
+    ValueError (InvalidPromptError for the position) otherwise."""
+    board = parse_fen(analysis.fen)
+    illegal = [m for m in analysis.moves if chess.Move.from_uci(m) not in board.legal_moves]
+    if illegal:
+        raise ValueError(f"moves not legal in {analysis.fen!r}: {' '.join(illegal)}")
+    if len(set(analysis.moves)) != len(analysis.moves):
+        raise ValueError(f"moves named twice in the analysis of {analysis.fen!r}: {' '.join(analysis.moves)}")
+    if not analysis.moves and any(board.legal_moves):
+        raise ValueError(f"the analysis of {analysis.fen!r} names no move, but the position has legal moves")
+    return analysis

@@ -18,15 +18,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rookworld.hub import load_model, save_model
+    from rookworld.hub import check_model_out, load_model, save_model
 
     if len(args.model) < 2:
         raise UserError(f"--model was given {len(args.model)} time(s): an average needs two or more checkpoints")
+    check_model_out(args.out, "--out")
     first, tokenizer = load_model(args.model[0])
     total = {k: v.clone() for k, v in first.state_dict().items()}
     for name in args.model[1:]:  # one checkpoint in memory at a time beside the sum
         model, other = load_model(name)
-        if other.backend.to_str() != tokenizer.backend.to_str():
+        # the view is the tokenizer's too: models of two views read the same boards differently
+        if other.backend.to_str() != tokenizer.backend.to_str() or other.view != tokenizer.view:
             raise UserError(f"{name}: its tokenizer differs from {args.model[0]}'s; average checkpoints of one model")
         state = model.state_dict()
         if {k: v.shape for k, v in state.items()} != {k: v.shape for k, v in total.items()}:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from rookworld.data.record import Sample
 from rookworld.data.splits import SPLITS, sample_game
 from rookworld.errors import UserError
+from rookworld.fsutil import output_file
 
 if TYPE_CHECKING:
     from rookworld.data.sources import SampleSet
@@ -324,6 +325,8 @@ def _prediction_samples(path: str) -> tuple[list[Sample], list[str]]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise UserError(f"--predictions {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"--predictions {path}: not UTF-8 text; give a JSONL file of prompt/completion lines") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -361,8 +364,8 @@ def _with_analyses(samples: list[Sample], pool) -> list[Sample]:
 
 
 def _cell(result: dict[str, float], name: str) -> str:
-    """`mean ± se (n=N)` of a metric (with `Δ delta ± se` after it when paired with a first model), the
-    bare value of one without a standard error (the counts)."""
+    """`mean ± se (n=N)` of a metric (with `Δ delta ± se` after it when paired with a first model, and the
+    number of paired prompts when fewer), the bare value of one without a standard error (the counts)."""
     from rookworld.metrics import DELTA_SUFFIX, N_SUFFIX, SE_SUFFIX
 
     if name not in result:
@@ -372,6 +375,9 @@ def _cell(result: dict[str, float], name: str) -> str:
     cell = f"{result[name]:.4f} ± {result[name + SE_SUFFIX]:.4f} (n={result[name + N_SUFFIX]:.0f})"
     if name + DELTA_SUFFIX in result:  # a later model of several: its paired change from the first
         cell += f" Δ {result[name + DELTA_SUFFIX]:+.4f} ± {result[name + DELTA_SUFFIX + SE_SUFFIX]:.4f}"
+        paired = result.get(name + DELTA_SUFFIX + N_SUFFIX, result[name + N_SUFFIX])
+        if paired != result[name + N_SUFFIX]:  # a metric only some completions have: paired where both have it
+            cell += f" (paired n={paired:.0f})"
     return cell
 
 
@@ -428,6 +434,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--limit {args.limit}: must be >= 1")
     if args.predictions and (args.model or args.split or cfg.self_play):
         raise UserError("--predictions scores given completions: leave out --model, --split and --self-play")
+    for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
+        if path:
+            output_file(Path(path), flag)
     results: dict[str, dict[str, float]] = {}
     with StockfishPool(processes=args.processes, cache_path=args.cache) as pool:
         if args.predictions:

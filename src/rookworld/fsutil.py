@@ -1,15 +1,29 @@
-"""Durable directory publishing: fsync a tree, then rename it into place without a moment of nothing.
-
-Used by `hub.save_model` (model directories) and `checkpoint.save` (run checkpoints).
+"""Durable directory publishing: fsync a tree, then rename it into place without a moment of nothing
+(`hub.save_model`, `checkpoint.save`); output file paths checked before a command's work (`output_file`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
+from rookworld.errors import UserError
+
 OLD_SUFFIX = ".old"
+
+
+def output_file(path: Path, flag: str) -> Path:
+    """`path` ready for a file that a command writes when its work is done: refused at once if it is a
+    directory, its parent directories made (as `plot` does), so that no result is lost at the end."""
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a directory: give the path of a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {path}: cannot create its directory ({exc.strerror}): give another path") from None
+    return path
 
 
 def old_path(target: Path) -> Path:
@@ -39,9 +53,17 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(Path(dirpath))
 
 
+def foreign_entries(target: Path, names: Collection[str]) -> list[Path]:
+    """The entries of `target` and of `target.old` whose names are not in `names`: what `publish_dir` would
+    delete beside a directory of those files (callers refuse such a target instead)."""
+    return sorted(entry for directory in (target, old_path(target)) if directory.is_dir()
+                  for entry in directory.iterdir() if entry.name not in names)
+
+
 def publish_dir(staged: Path, target: Path) -> None:
     """Rename the complete directory `staged` to `target`, replacing it; `target` or `target.old` is
-    complete at every instant (readers fall back to `target.old` after a crash between the renames)."""
+    complete at every instant (readers fall back to `target.old` after a crash between the renames).
+    Both are deleted whole: check a target the user named with `foreign_entries` first."""
     old = old_path(target)
     if target.exists():
         if old.exists():  # left by a crash while deleting it after an earlier swap

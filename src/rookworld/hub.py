@@ -28,7 +28,7 @@ import torch
 
 from . import __version__
 from .errors import UserError
-from .fsutil import fsync_tree, publish_dir
+from .fsutil import foreign_entries, fsync_tree, publish_dir
 from .log import jsonable
 from .model import GPT, GPTConfig
 from .tokenizer import TOKENIZER_FILES, Tokenizer
@@ -43,6 +43,9 @@ METADATA_FILE = "rookworld.json"
 # Everything but the weights; the weights are fetched in a second step so that a repository holding
 # both formats downloads only one.
 HUB_FILES = (CONFIG_FILE, GENERATION_CONFIG_FILE, METADATA_FILE, *TOKENIZER_FILES)
+# What a model directory holds (save_model writes all but the legacy .bin): save_model replaces a directory that
+# holds nothing else, and refuses any other, since replacing deletes the old directory whole.
+MODEL_FILES = frozenset({*HUB_FILES, SAFETENSORS_FILE, PYTORCH_FILE})
 
 # Hugging Face's GPT-2 stores these as Conv1D weights, (in, out); nn.Linear wants (out, in).
 CONV1D_WEIGHTS = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -83,9 +86,22 @@ def resolve_checkpoint(name_or_path: str | Path) -> Path:
             raise UserError(f"{path}: is a file; a checkpoint is a directory with {CONFIG_FILE}, "
                             f"{SAFETENSORS_FILE} and the tokenizer files")
         return path
-    if isinstance(name_or_path, str) and HUB_ID.fullmatch(name_or_path):
+    if isinstance(name_or_path, str) and is_hub_id(name_or_path):
         return download(name_or_path)
     raise UserError(f"{name_or_path}: no such checkpoint directory (nor a hub id like jrahn/RookWorld-LM-124M)")
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether `name` is an owner/name that the hub accepts (no `--`, `..` or trailing `.`): a missing local
+    path that is not one is no hub id either."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return HUB_ID.fullmatch(name) is not None
 
 
 def download(repo_id: str) -> Path:
@@ -135,6 +151,9 @@ def config_from_hf(raw: Mapping[str, Any], source: str) -> GPTConfig:
     for key, value in required.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise UserError(f"{source}: {key} must be a positive integer, got {value!r}")
+    epsilon = raw.get("layer_norm_epsilon", 1e-5)
+    if not isinstance(epsilon, (int, float)) or isinstance(epsilon, bool) or not epsilon > 0:
+        raise UserError(f"{source}: layer_norm_epsilon must be a positive number, got {epsilon!r}")
     unsupported = {
         "activation_function": raw.get("activation_function", "gelu_new") not in TANH_GELU,
         "n_inner": raw.get("n_inner") not in (None, 4 * required["n_embd"]),
@@ -154,7 +173,7 @@ def config_from_hf(raw: Mapping[str, Any], source: str) -> GPTConfig:
     try:
         return GPTConfig(vocab_size=required["vocab_size"], n_positions=n_positions, n_embd=required["n_embd"],
                          n_layer=required["n_layer"], n_head=required["n_head"],
-                         layer_norm_epsilon=float(raw.get("layer_norm_epsilon", 1e-5)), dropout=0.0)
+                         layer_norm_epsilon=float(epsilon), dropout=0.0)
     except ValueError as e:
         raise UserError(f"{source}: {e}") from e
 
@@ -172,9 +191,12 @@ def read_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
     if path.is_file():
         try:
             stored = torch.load(path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as e:
-            raise UserError(f"{path}: not a readable PyTorch state dict ({e}); fetch or save the checkpoint "
-                            "again (model.safetensors is preferred)") from e
+        except OSError as e:
+            raise UserError(f"{path}: cannot read it ({e.strerror}); check the file and its permissions") from e
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as e:  # torch's text urges unsafe loading
+            raise UserError(f"{path}: not a readable PyTorch state dict of plain tensors (damaged, or holding other "
+                            "pickled objects, which are never loaded); fetch or save the checkpoint again "
+                            "(model.safetensors is preferred)") from e
         if not isinstance(stored, Mapping) or not all(isinstance(t, torch.Tensor) for t in stored.values()):
             raise UserError(f"{path}: expected a state dict of tensors, got {type(stored).__name__}")
         return path, dict(stored)
@@ -234,10 +256,9 @@ def hf_config(model: GPT, tokenizer: Tokenizer) -> dict[str, Any]:
 
 def save_model(model: GPT, tokenizer: Tokenizer, out_dir: str | Path, metadata: dict | None = None) -> None:
     """Writes a Hugging Face GPT-2 checkpoint directory, atomically: a complete new directory replaces
-    `out_dir` by rename, so readers see the old checkpoint or the new one, never a mix."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir}: exists and is not a directory; choose another checkpoint path")
+    `out_dir` by rename, so readers see the old checkpoint or the new one, never a mix. `out_dir` must be new
+    or a model directory (`check_model_out`)."""
+    out_dir = check_model_out(out_dir)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, model {model.config.vocab_size} embeddings")
     info = json.dumps({"rookworld_version": __version__, "metadata": jsonable(metadata or {})}, indent=2)
@@ -254,6 +275,20 @@ def save_model(model: GPT, tokenizer: Tokenizer, out_dir: str | Path, metadata: 
         publish_dir(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone after a successful rename
+
+
+def check_model_out(out_dir: str | Path, flag: str | None = None) -> Path:
+    """`out_dir` as a place for save_model: new, or a model directory (only MODEL_FILES) that it replaces.
+    Anything else, a run directory or a folder of other files, is refused: replacing deletes it whole."""
+    out_dir = Path(out_dir)
+    named = f"{flag} {out_dir}" if flag else str(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{named}: exists and is not a directory; choose another checkpoint path")
+    foreign = foreign_entries(out_dir, MODEL_FILES)
+    if foreign:
+        raise UserError(f"{named}: holds {foreign[0]}, which is not part of a model, and writing the model "
+                        "replaces the whole directory; give a new directory (or a model directory to overwrite)")
+    return out_dir
 
 
 def read_metadata(directory: str | Path) -> dict:

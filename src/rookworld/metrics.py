@@ -18,6 +18,7 @@ from rapidfuzz.distance import Levenshtein
 
 from rookworld import text
 from rookworld.analysis import clip_pawns
+from rookworld.arbiter import legal_move
 from rookworld.data.cases import classify_p, mating_moves
 from rookworld.data.record import Sample
 from rookworld.quality import BANDS, MoveQuality
@@ -37,6 +38,17 @@ BAND_PREFIX = "P/band/"  # P/band/<name>: share of B: moves in each move-quality
 BEST_OF: dict[str, Callable[[Sequence[float]], float]] = {"P/best_move_acc": max, "A/exact": max, "P/acpl": min}
 # The completion a vote of a prompt's k completions picks (player.vote, maj@k: no truth needed to choose), NAME@vote.
 VOTED = ("P/best_move_acc", "P/best_move_legal", "P/acpl", "P/expected_score_loss")
+# Metrics where a lower value is better: losses, errors and the shares of bad moves; every other one is a rate or
+# score where higher is better. Checkpoint selection (`rookworld sft --best-metric`) reads the direction here.
+LOWER_IS_BETTER = ("loss", "P/eval_mae", "P/acpl", "P/acpl_legal", "P/expected_score_loss", "A/false_illegal",
+                   f"{BAND_PREFIX}inaccuracy", f"{BAND_PREFIX}mistake", f"{BAND_PREFIX}blunder")
+
+
+def lower_is_better(name: str) -> bool:
+    """Whether a lower value of the logged metric `name` is better: one of LOWER_IS_BETTER with any prefix
+    (eval/) and variant (/P, /check, @k, @vote, /delta) around it."""
+    segments = "/" + name.split("@")[0] + "/"
+    return any(f"/{base}/" in segments for base in LOWER_IS_BETTER)
 
 
 def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
@@ -45,12 +57,12 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
     assert analysis is not None, "a P sample carries its analysis"
     parsed = text.parse_p_completion(completion)
     board = p_board(sample.prompt)
-    legal_moves = {move.uci() for move in board.legal_moves}
-    best = parsed.best
+    played = legal_move(board, parsed.best)  # as move quality reads it: king-takes-rook castling included
+    best = played.uci() if played else None  # the B: move in standard UCI; None when missing or illegal
     top = analysis.top5
     values = {
-        "P/format_valid": float(not parsed.errors and best is not None and len(parsed.moves) == len(top)),
-        "P/best_move_legal": float(best in legal_moves),
+        "P/format_valid": float(not parsed.errors and parsed.best is not None and len(parsed.moves) == len(top)),
+        "P/best_move_legal": float(played is not None),
         "P/best_move_acc": float(best is not None and best == analysis.best),
         "P/top5_overlap": len(set(parsed.moves) & set(top)) / max(1, len(top)),
     }
@@ -61,13 +73,13 @@ def p_metrics(sample: Sample, completion: str) -> dict[str, float]:
         values["P/best_chosen"] = values["P/best_move_acc"]
     if parsed.moves and len(parsed.evals) == len(parsed.moves):
         highest = parsed.moves[parsed.evals.index(max(parsed.evals))]  # the first on a tie
-        values["P/follows_evals"] = float(best == highest)
+        values["P/follows_evals"] = float(parsed.best == highest)
     mates = mating_moves(board)
     if mates:  # any mate counts, the engine's choice among several or not
         values["P/mate_in_one"] = float(best in mates)
     label = sample.meta.get("label_best")
     if label is not None:
-        values["P/best_move_acc_label"] = float(best == label)
+        values["P/best_move_acc_label"] = float(best is not None and best == label)
     errors = [abs(clip_pawns(said) - clip_pawns(truth))
               for move, said in zip(parsed.moves, parsed.evals)
               if (truth := analysis.eval_of(move)) is not None]
@@ -213,16 +225,19 @@ def flatten(estimates: Mapping[str, Estimate]) -> dict[str, float]:
 def paired_delta(per_prompt: Sequence[Mapping[str, Sequence[float]]],
                  reference: Sequence[Mapping[str, Sequence[float]]],
                  clusters: Sequence[str | None] | None = None) -> dict[str, float]:
-    """NAME/delta and NAME/delta/se of each metric: the mean over prompts of (this prompt's mean - the
-    reference's on the same prompt), with the SE of that paired difference, clustered by game as in
-    `summarize`. Pairing removes what the prompts share (how hard a position is), so the SE is the one to
-    judge a change by; two independent SEs overstate it."""
+    """NAME/delta, NAME/delta/se and NAME/delta/n of each metric: the mean over the prompts where both have it
+    of (this prompt's mean - the reference's on the same prompt), the SE of that paired difference, clustered
+    by game as in `summarize`, and the number of those prompts. Pairing removes what the prompts share (how hard
+    a position is), so the SE is the one to judge a change by; two independent SEs overstate it. A metric
+    that only some completions have (P/best_chosen, P/eval_mae, ...) is paired on the prompts where both models
+    have it, so its delta is not the difference of the two means when their n differ."""
     differences = [{name: [sum(values) / len(values) - sum(ref[name]) / len(ref[name])]
                     for name, values in mine.items() if values and ref.get(name)}
                    for mine, ref in zip(per_prompt, reference, strict=True)]
     flat: dict[str, float] = {}
     for name, found in summarize(differences, clusters).items():
-        flat.update({name + DELTA_SUFFIX: found.mean, name + DELTA_SUFFIX + SE_SUFFIX: found.se})
+        flat.update({name + DELTA_SUFFIX: found.mean, name + DELTA_SUFFIX + SE_SUFFIX: found.se,
+                     name + DELTA_SUFFIX + N_SUFFIX: found.n})
     return flat
 
 

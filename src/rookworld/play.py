@@ -44,6 +44,7 @@ import chess
 
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
+from rookworld.fsutil import output_file
 from rookworld.metrics import Estimate, estimate
 from rookworld.player import FALLBACKS, ModelPlayer, add_repetition_argument, add_votes_argument
 
@@ -303,12 +304,16 @@ def elo_interval(score: Estimate) -> list[float | None] | None:
     """The 95% interval of the Elo difference, from the score's normal interval (score ± 1.96 SE): a bound
     beyond a score of 0 or 1 is None (unbounded); None without an SE (one game). At a score of 0 or 1 (every
     game lost or won: an SE of 0) the finite bound is exact instead: the score p at which n units (games, or
-    pairs of games) scoring in [0, 1] all score 0 with probability at most (1 - p)^n = 2.5% (all 1 likewise)."""
+    pairs of games) scoring in [0, 1] all score 0 with probability at most (1 - p)^n = 2.5% (all 1 likewise).
+    None too where every unit scored the same in between (all drawn, every pair split): an SE of 0 that is no
+    certainty, and no exact bound to put in its place."""
     if math.isnan(score.se):
         return None
     if score.mean in (0.0, 1.0):
         edge = 1 - 0.025 ** (1 / score.n)
         return [None, elo_difference(edge)] if score.mean == 0.0 else [elo_difference(1 - edge), None]
+    if score.se == 0.0:
+        return None
     return [elo_difference(score.mean + side * 1.96 * score.se) for side in (-1, 1)]
 
 
@@ -455,9 +460,13 @@ def _avoided(pawns: float | None, count: int) -> str:
     return "" if pawns is None else f", {count} repetitions avoided"
 
 
+def _pawns(acpl: float | None) -> str:
+    return "n/a" if acpl is None else f"{acpl:.2f} pawns"  # None: the player never moved
+
+
 def _report(name: str, opponent_name: str, results: dict) -> str:
     settings = results["settings"]
-    moves = (f"acpl {results['acpl']:.2f} pawns, illegal rate {results['illegal_rate']:.3f}, mate in one "
+    moves = (f"acpl {_pawns(results['acpl'])}, illegal rate {results['illegal_rate']:.3f}, mate in one "
              f"{_share(results['mate_in_one'], results['mate_chances'])}"
              f"{_avoided(settings['avoid_repetition'], results['repetitions_avoided'])}, {results['plies']} plies in "
              f"{results['wall_s']:.0f} s")
@@ -466,10 +475,10 @@ def _report(name: str, opponent_name: str, results: dict) -> str:
                 f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
                 f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
                 f"{results['at_ply_limit']} at the ply limit; {moves}")
-    opponent_moves = (f"; the opponent's acpl {results['opponent_acpl']:.2f} pawns, illegal rate "
+    opponent_moves = (f"; the opponent's acpl {_pawns(results['opponent_acpl'])}, illegal rate "
                       f"{results['opponent_illegal_rate']:.3f}"
                       f"{_avoided(settings['opponent_avoid_repetition'], results['opponent_repetitions_avoided'])}"
-                      if results.get("opponent_acpl") is not None else "")
+                      if "opponent_acpl" in results else "")
     return (f"{name} vs {opponent_name}: {results['games']} games, +{results['wins']} ={results['draws']} "
             f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
             f"{results['score_se'] or 0:.3f}, Elo {elo_text(results)}, "
@@ -484,6 +493,8 @@ def elo_text(results: dict) -> str:
     if results["elo_interval"] is not None:  # an unbounded end is the low one below, the high one above
         low, high = results["elo_interval"]
         text += f" (95%: {signed(low, '-inf')} to {signed(high, '+inf')})"
+    elif results["score_se"] == 0.0:  # not one game: every game (pair) scored the same, short of a sweep
+        text += " (no 95% interval: every game or pair scored the same)"
     return text
 
 
@@ -498,6 +509,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{flag} {value}: must be >= 1")
     if args.adjudicate < 0:
         raise UserError(f"--adjudicate {args.adjudicate:g}: pawns must be >= 0 (0: games at the ply limit are drawn)")
+    for flag, path in (("--pgn", args.pgn), ("--out", args.out)):  # written once every game is played and judged
+        if path:
+            output_file(Path(path), flag)
     started = time.perf_counter()
     opening_plies = _opening_plies(args)
     opponent = _opponent(args)

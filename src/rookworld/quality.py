@@ -38,7 +38,8 @@ class MoveQuality:
     def band(self) -> str:
         if not self.legal:
             return "blunder"
-        return next(name for name, upper in BANDS if self.loss <= upper)
+        centipawns = round(self.loss, 2)  # evals are whole centipawns: 1.33 - 0.83 is 0.5, not 0.5000000000000001
+        return next(name for name, upper in BANDS if centipawns <= upper)
 
 
 def judge(best_eval: float, move_eval: float | None) -> MoveQuality:

@@ -26,10 +26,31 @@ def pick_device(requested: str | None = None, threads: int | None = None) -> str
     """`requested`, else cuda when available, else cpu; on cpu, torch uses `threads` threads (default: the cores)."""
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: must be >= 1 (leave it out to use every core)")
-    device = requested or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = usable_device(requested) if requested else "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         torch.set_num_threads(threads or default_cpu_threads())
     return device
+
+
+def usable_device(name: str) -> str:
+    """`name` if it is a torch device that exists here; else one line naming --device (torch's own errors are a
+    traceback: an assertion where torch has no CUDA)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise UserError(f"--device {name}: not a torch device; pass cpu, cuda or cuda:N, or leave it out") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f"--device {name}: no CUDA device here; leave --device out or pass cpu")
+        if (device.index or 0) >= count:
+            raise UserError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+    elif device.type != "cpu":
+        try:
+            torch.empty(0, device=device)
+        except (RuntimeError, AssertionError):
+            raise UserError(f"--device {name}: no such device here; leave --device out or pass cpu") from None
+    return name
 
 
 def rank_cuda_device(local_rank: int, available: int) -> str:

@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
 
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UserError(f"--max-new-tokens {args.max_new_tokens}: must be >= 1")
     device = pick_device(args.device)
     model, tokenizer = load_model(args.model or resolve_default_model(), device=device)
     prompt_ids = tokenizer.encode_batch(args.prompt)
@@ -54,9 +56,10 @@ def run(args: argparse.Namespace) -> int:
     if max_new_tokens < 1:
         raise UserError(f"--prompt: the longest prompt has {longest} tokens, the model's whole context "
                         f"({context}); shorten it")
+    # greedy decoding takes the argmax, which temperature, top-k and top-p leave where it is: they are unused
+    sampling = {} if args.greedy else {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p}
     try:
-        settings = SamplingSettings(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                    max_new_tokens=max_new_tokens)
+        settings = SamplingSettings(max_new_tokens=max_new_tokens, **sampling)
     except ValueError as e:
         raise UserError(f"bad sampling flag: {e}") from None
     generator = torch.Generator(device=device).manual_seed(args.seed)

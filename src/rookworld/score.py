@@ -23,9 +23,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rookworld import arbiter, rewards, text
-from rookworld.analysis import Analysis
+from rookworld.analysis import Analysis, legal_analysis
 from rookworld.config import add_config_arguments, build_config
 from rookworld.errors import InvalidPromptError, UserError
+from rookworld.fsutil import output_file
 
 if TYPE_CHECKING:
     from rookworld.stockfish import StockfishPool
@@ -85,9 +86,9 @@ def _read_line(number: int, raw: str) -> _Line:
     task = text.task_of(prompt)
     if task == "P" and record.get("analysis") is not None:
         try:
-            line.analysis = Analysis.from_json(record["analysis"])
+            line.analysis = legal_analysis(Analysis.from_json(record["analysis"]))
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            record["error"] = f"line {number}: 'analysis' is not an Analysis.to_json() object: {exc!r}"
+            record["error"] = f"line {number}: 'analysis' is not a usable Analysis.to_json() object: {exc}"
             return line
     try:
         if task == "P" and line.analysis is not None:
@@ -149,8 +150,7 @@ def run(args: argparse.Namespace) -> int:
     source, target = Path(cfg.input), Path(cfg.output)
     if not source.is_file():
         raise UserError(f"input file not found: {source} (give a JSONL file of prompt/completion lines)")
-    if not target.parent.is_dir():
-        raise UserError(f"output directory does not exist: {target.parent} (create it first)")
+    output_file(target, "--output")
     with source.open(encoding="utf-8", errors="replace") as handle:
         total = sum(1 for _ in handle)
 

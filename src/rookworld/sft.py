@@ -104,7 +104,9 @@ class SFTConfig:
     eval_batch_size: int = field(default=64, metadata={"help": "prompts per generation batch in evaluation"})
     checkpoint_every: int = shared("checkpoint_every", 250)
     keep_last: int = shared("keep_last", 2)
-    best_metric: str = field(default="eval/loss", metadata={"help": "eval metric that picks checkpoint-best"})
+    best_metric: str = field(default="eval/loss", metadata={"help": "eval metric that picks checkpoint-best: its "
+                                                            "lowest value for losses, errors and bad-move shares "
+                                                            "(metrics.LOWER_IS_BETTER), else its highest"})
     export: str | None = field(default=None, metadata={"help": "also write the final model to this directory "
                                                        "(with its training record in rookworld.json)"})
     export_dtype: str = field(default="float32", metadata={"help": "weights of the export: float32 or float16"})
@@ -123,6 +125,9 @@ class SFTConfig:
             raise ValueError(f"tokenizer_view must be one of {', '.join(VIEWS)}, got {self.tokenizer_view!r}")
         if self.init_from is None and self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {self.preset!r}")
+        if not self.best_metric.startswith("eval/"):
+            raise ValueError(f"best_metric must name a metric of the run's evaluation, such as eval/loss or "
+                             f"eval/P/acpl, got {self.best_metric!r}")
         if self.export_dtype not in ("float32", "float16"):
             raise ValueError(f"export_dtype must be float32 or float16, got {self.export_dtype!r}")
         for name in ("batch_size", "grad_accum", "seq_len", "eval_samples", "eval_loss_samples", "eval_batch_size",
@@ -243,7 +248,7 @@ class TrainStream:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
-        if self.fresh is not None:
+        if self.fresh is not None and state["fresh"] is not None:  # None: --fresh-a turned on at this resume
             self.fresh.load_state_dict(state["fresh"])
         self._rng.bit_generator.state = state["rng"]
 
@@ -335,6 +340,18 @@ def grown(cfg: SFTConfig, model: GPT, tokenizer: Tokenizer) -> tuple[GPT, Tokeni
     return grow_depth(model, cfg.n_layer), tokenizer
 
 
+def check_export(cfg: SFTConfig) -> None:
+    """Refuse, before any training, an --export that overlaps --out (the model would replace the run's
+    checkpoints and logs, or the run would write into the model's directory) or that holds other files."""
+    from rookworld.hub import check_model_out
+
+    export, out = Path(cfg.export).resolve(), Path(cfg.out).resolve()
+    if export == out or export in out.parents or out in export.parents:
+        raise UserError(f"--export {cfg.export}: overlaps the run directory --out {cfg.out}; export the model to a "
+                        "directory outside it")
+    check_model_out(cfg.export, "--export")
+
+
 def command_line(cfg: SFTConfig) -> str:
     """The `rookworld sft` command that sets this config's non-default fields."""
     parts = ["rookworld", "sft"]
@@ -368,10 +385,13 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     from rookworld.evaluate import EvalConfig, evaluate_model
     from rookworld.hub import load_model, read_metadata, save_model
     from rookworld.log import Progress, RunLogger
+    from rookworld.metrics import lower_is_better
     from rookworld.runtime import pick_device
 
     started = time.perf_counter()
     device = pick_device(cfg.device, cfg.threads)
+    if cfg.export:
+        check_export(cfg)
     out = Path(cfg.out)
     train_set = load_source(cfg.data, "train", limit=cfg.data_limit)
     eval_set = load_source(cfg.data, "eval")
@@ -443,7 +463,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
                      "elapsed_s": elapsed_before + time.perf_counter() - started, "trained_tokens": trained_tokens}
         checkpoint.save(out, step, run_state, lambda d: save_model(model, tokenizer, d, record(metrics)),
                         metrics=metrics, keep_last=cfg.keep_last, best_metric=cfg.best_metric,
-                        higher_is_better=not cfg.best_metric.startswith("eval/loss"))
+                        higher_is_better=not lower_is_better(cfg.best_metric))
 
     logger = RunLogger(out, {"sft": dataclasses.asdict(cfg)}, tensorboard=cfg.tensorboard,
                        resume_step=step if resume else None)

@@ -257,13 +257,15 @@ class StockfishPool:
             if not any(boards[fen].legal_moves):
                 return {"moves": [], "evals": []}
             infos = engine.search(boards[fen], limit, multipv, None)
-            ranked = [(info["pv"][0].uci(), _pawns(info["score"].relative)) for info in infos if info.get("pv")]
-            return {"moves": [move for move, _ in ranked], "evals": [pawns for _, pawns in ranked]}
+            scored = [(info["pv"][0].uci(), _pawns(info["score"].relative)) for info in infos if info.get("pv")]
+            return {"moves": [move for move, _ in scored], "evals": [pawns for _, pawns in scored]}
 
         queries = {fen: ((fen, limit.key(), f"multipv={multipv}"), lambda engine, fen=fen: lines(engine, fen))
                    for fen in boards}
         found = self._run(queries, progress)
-        return [Analysis(fen=fen, moves=tuple(found[fen]["moves"]), evals=tuple(found[fen]["evals"]), limit=limit.key())
+        # Under a node limit Stockfish can list the lines of an unfinished iteration, with older scores, out of eval
+        # order: ranked here, fresh or cached (the cache keeps the engine's order; depth-limited lines come ranked)
+        return [Analysis(fen, tuple(found[fen]["moves"]), tuple(found[fen]["evals"]), limit.key()).ranked()
                 for fen in fens]
 
     def evaluate_moves(self, requests: Sequence[tuple[str, str]], limit: Limit = MOVE_LIMIT) -> list[float | None]:

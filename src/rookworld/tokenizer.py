@@ -2,9 +2,11 @@
 
 Both are byte-level BPE over `tokenizers`, with GPT-2's pre-tokenization regex, so any text encodes and
 `decode(encode(text)) == text` exactly (runs of padding spaces included). GPT-2's regex splits text
-before a run of spaces and after `+`, so a P prompt (`P: <FEN>`) and its completion (padding + `M: ...`),
-or an A prompt (ending in `+`) and its completion, tokenize to the same ids apart as together: the
-trainer tokenizes prompts and completions separately and relies on that.
+before a run of spaces and after `+` (unless punctuation follows), so a P prompt (`P: <FEN>`) and its completion
+(padding + `M: ...`), or an A prompt (ending in `+`) and its completion, tokenize to the same ids apart as together.
+One exception: a chess BPE (vocab > 257) in the `squares` view, where an A target can begin with `_` and a merge
+across `+_` joins it to the prompt. The trainer and generation both tokenize prompts and completions apart, so they
+agree in every case.
 
 GPT-2's vocabulary has no multi-space token: a run of n padding spaces becomes n - 1 tokens " " (220)
 and one " M" / " E" / " B" token carrying the last space. A trained chess BPE learns space-run tokens
@@ -249,8 +251,8 @@ def _saved_view(directory: Path) -> str:
     if not config.is_file():
         return "fen"
     try:
-        return _checked(json.loads(config.read_text()).get(VIEW_KEY, "fen"), str(config))
-    except (json.JSONDecodeError, AttributeError) as e:
+        return _checked(json.loads(config.read_text(encoding="utf-8")).get(VIEW_KEY, "fen"), str(config))
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
         raise UserError(f"{config}: not a JSON object ({e}); re-save the checkpoint or restore the file") from e
 
 

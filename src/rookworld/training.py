@@ -82,7 +82,8 @@ def make_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.AdamW:
 
 def lr_factor(cfg: Any, step: int) -> float:
     """The learning rate of 0-based `step` as a fraction of cfg.lr: linear warm-up over warmup_steps,
-    then constant, or a linear or cosine decay reaching min_lr_ratio at step cfg.steps."""
+    then constant, or a linear or cosine decay reaching min_lr_ratio at step cfg.steps, one past the last (as
+    PyTorch's and Hugging Face's schedulers count)."""
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     progress = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps))

@@ -2,13 +2,14 @@
 UCI engine on stdin/stdout.
 
 Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` (whatever its
-limits) the engine answers at once with the model's move (`player.ModelPlayer`): by default the legal `B:` move
+limits) the engine finds the model's move at once (`player.ModelPlayer`): by default the legal `B:` move
 most of 8 sampled completions name, and when the model rates itself ahead by a pawn, not one that repeats an
 earlier position of the game the GUI sent (`position ... moves ...`) if one of its `M:` candidates avoids it:
 the player rules that measured strongest (docs/play.md), unlike `rookworld play`, whose defaults measure the
 model's greedy move. When the chosen move is illegal or missing, the engine plays the legal move its own
-`M:`/`E:` list rates best, else a random legal move (seeded), and says which in an `info string`. Searches are
-not interruptible: `stop` has nothing to stop. The two rules are also UCI options (`Votes`, `AvoidRepetition`),
+`M:`/`E:` list rates best, else a random legal move (seeded), and says which in an `info string`. It answers
+`bestmove` at once too, except where UCI asks it to wait: after `go infinite` until `stop`, after `go ponder`
+until `stop` or `ponderhit`. The two rules are also UCI options (`Votes`, `AvoidRepetition`),
 so a GUI can set them.
 """
 
@@ -75,12 +76,12 @@ def parse_position(tokens: list[str]) -> chess.Board:
         setup, moves = tokens[:cut], tokens[cut + 1:]
     else:
         setup, moves = tokens, []
-    if setup[0] == "startpos" and len(setup) == 1:
+    if setup == ["startpos"]:
         board = chess.Board()
-    elif setup[0] == "fen" and len(setup) > 1:
+    elif setup[:1] == ["fen"] and len(setup) > 1:
         board = chess.Board(" ".join(setup[1:]))
     else:
-        raise ValueError(f"position {' '.join(setup)!r}: expected startpos or fen <FEN>")
+        raise ValueError(f"position {' '.join(tokens)!r}: expected startpos or fen <FEN>")
     for uci in moves:
         board.push_uci(uci)  # ValueError (IllegalMoveError) for a move that is not legal there
     return board
@@ -102,7 +103,7 @@ def set_option(player: ModelPlayer, tokens: list[str]) -> str | None:
     cut = tokens.index("value") if "value" in tokens else len(tokens)
     name, value = " ".join(tokens[tokens.index("name") + 1:cut]).lower(), " ".join(tokens[cut + 1:])
     if name == "votes":
-        if not value.isdigit() or not 1 <= int(value) <= MAX_VOTES:
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_VOTES:  # int() refuses '²'
             return f"ignored setoption Votes {value!r}: give a whole number from 1 to {MAX_VOTES}"
         player.votes = int(value)
     elif name == "avoidrepetition":
@@ -111,6 +112,23 @@ def set_option(player: ModelPlayer, tokens: list[str]) -> str | None:
         except argparse.ArgumentTypeError as exc:
             return f"ignored setoption AvoidRepetition {exc}"
     return None
+
+
+def answer(player: ModelPlayer, board: chess.Board) -> tuple[str, str | None]:
+    """The `bestmove` line for `board`, and what to say first in an `info string` (`describe`), if anything."""
+    if not any(board.legal_moves):
+        return "bestmove 0000", None  # mate or stalemate: UCI's null move
+    choice = player.choose([board])[0]
+    return f"bestmove {choice.move.uci()}", describe(board, choice)
+
+
+def released_by(limits: list[str]) -> set[str]:
+    """The commands a `go <limits>` answer waits for (UCI: no `bestmove` before them); none: answer at once.
+    `go infinite` waits for `stop`; `go ponder` also for `ponderhit`, after which it searches as its other limits
+    say, and the model's move is already found (unless they say infinite)."""
+    if "infinite" in limits:
+        return {"stop"}
+    return {"stop", "ponderhit"} if "ponder" in limits else set()
 
 
 def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None:
@@ -122,6 +140,7 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
         stdout.flush()
 
     board = chess.Board()
+    held, release = "", set()  # a `bestmove` line that waits for one of the `release` commands
     for raw in stdin:
         tokens = raw.split()
         if not tokens:
@@ -147,17 +166,19 @@ def serve(player: ModelPlayer, name: str, stdin: TextIO, stdout: TextIO) -> None
             if note:
                 say(f"info string {note}")
         elif command == "go":
-            if not any(board.legal_moves):
-                say("bestmove 0000")  # mate or stalemate: UCI's null move
-                continue
-            choice = player.choose([board])[0]
-            note = describe(board, choice)
+            held, note = answer(player, board)
             if note:
                 say(f"info string {note}")
-            say(f"bestmove {choice.move.uci()}")
+            release = released_by(rest)
+            if not release:
+                say(held)
+        elif command in release:  # `stop` or `ponderhit` ends the wait for the held answer
+            say(held)
+            release = set()
         elif command == "quit":
             return
-        # `stop`, `debug`, `register`, `ponderhit` and unknown commands: nothing to do (UCI: ignore)
+        # `stop` and `ponderhit` with no answer held, `debug`, `register` and unknown commands: nothing to do
+        # (UCI: ignore)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,9 @@ from rookworld.config import add_config_arguments, build_config
 from rookworld.data.sources import EMBEDDED, SampleSet, load_source
 from rookworld.data.splits import SPLITS
 from rookworld.errors import UserError
+from rookworld.fsutil import output_file
+
+EXPORT_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
     if args.action == "stats":
         return _stats(load_source(args.source, args.split, limit=args.limit))
-    return _export(load_source(args.source, args.split, limit=args.limit), Path(args.out))
+    out = _export_path(args.out)  # before the source is read, which can take long
+    return _export(load_source(args.source, args.split, limit=args.limit), out)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -118,8 +122,15 @@ def _stats(samples: SampleSet) -> int:
     return 0
 
 
+def _export_path(out: str) -> Path:
+    """The --out of `export`: a JSON-lines file name (a data source that loads back); UserError otherwise."""
+    path = output_file(Path(out), "--out")
+    if not path.name.endswith(EXPORT_SUFFIXES):
+        raise UserError(f"--out {out}: export writes JSON lines; name the file *{' or *'.join(EXPORT_SUFFIXES)}")
+    return path
+
+
 def _export(samples: SampleSet, out: Path) -> int:
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     opener = gzip.open if out.name.endswith(".gz") else open
     with opener(tmp, "wt", encoding="utf-8") as handle:

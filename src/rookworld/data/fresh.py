@@ -19,14 +19,18 @@ FRESH_CHUNK = 256  # fresh A samples made at a time: enough for the rare-case sh
 FRESH_GAME_PLIES = 8  # random moves played on from each training position
 
 
-def _random_continuation(sample: Sample, length: int, rng: np.random.Generator) -> list[Ply]:
-    """Up to `length` random legal moves played on from the position an A sample's move leads to, as
-    the plies of a game (history carried over from the prompt); empty when that move was illegal or
-    ended the game."""
+def _next_position(sample: Sample) -> str | None:
+    """The FEN an A sample's move leads to; None when the move was illegal or ended the game."""
     truth = text.parse_a_completion(sample.target)
     if truth.fen is None or truth.truncated != "0" or truth.terminated != "0":
-        return []
-    board = chess.Board(truth.fen)
+        return None
+    return truth.fen
+
+
+def _random_continuation(sample: Sample, length: int, rng: np.random.Generator) -> list[Ply]:
+    """Up to `length` (at least one) random legal moves played on from the position an A sample's move
+    leads to (`_next_position`, not None), as the plies of a game (history carried over from the prompt)."""
+    board = chess.Board(_next_position(sample))
     history = text.parse_a_prompt(sample.prompt).history
     plies = []
     for index in range(length):
@@ -47,13 +51,15 @@ class FreshASamples:
     A samples lead to (real game positions), turned into samples by the data generator's `AMixer`, so
     that the rare cases (illegal moves, mates, promotions, ...) come in the same shares as in generated
     data. Samples of eval-split positions are dropped. Chunk k is a pure function of (seed, k), so the
-    state is two integers.
+    state is two integers. Games start only after moves that are legal and do not end the game, so each
+    has a move to play.
     """
 
     def __init__(self, samples: Sequence[Sample], seed: int) -> None:
-        self.base = [s for s in samples if s.task == "A" and s.meta.get("case") != "illegal"]
+        self.base = [s for s in samples if s.task == "A" and _next_position(s) is not None]
         if not self.base:
-            raise UserError("--fresh-a needs A samples in the training data to start fresh games from")
+            raise UserError("--fresh-a needs A samples in the training data whose move is legal and does not "
+                            "end the game, to start fresh games from; the training data has none")
         self.seed = seed
         self.chunk_index = 0
         self.cursor = 0

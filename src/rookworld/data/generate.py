@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from itertools import count, islice
+from itertools import chain, count, islice
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,9 @@ class GenerateConfig:
             raise ValueError(f"--side {self.side!r}: choose one of {', '.join(SPLITS)}")
         if self.p_select not in P_SELECT:
             raise ValueError(f"--p-select {self.p_select!r}: choose one of {', '.join(P_SELECT)}")
+        missing = [p for p in self.pgn if not Path(p).is_file()]
+        if missing:
+            raise ValueError(f"--pgn {' '.join(missing)}: not an existing file")
 
     @property
     def label_limit(self) -> Limit:
@@ -278,6 +281,8 @@ class _Run:
 def load_progress(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     """The progress record of a resumable data job in `out` (new if none); raises UserError when `out`
     holds another job's output or other files."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory; choose a new or empty directory")
     path = out / PROGRESS
     if path.exists():
         progress = store.read_json(path)
@@ -337,20 +342,26 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
     }
 
 
+def _pgn_games(paths: list[str], consumed: int) -> Iterator[Game]:
+    """The games of the PGN files after the `consumed` ones that finished shards used; UserError when the
+    files hold no usable game at all (checked before any shard is made)."""
+    games = read_pgn_games(paths)
+    first = next(games, None)
+    if first is None:
+        raise UserError(f"--pgn {' '.join(paths)}: no standard chess game with moves in these files; give PGN "
+                        "files of standard games")
+    return islice(chain([first], games), consumed, None)
+
+
 def generate(config: GenerateConfig) -> dict[str, Any]:
     """Make (or finish) the dataset in config.out; returns the manifest."""
     out = Path(config.out)
     progress_state = load_progress(out, config.fingerprint())
-    out.mkdir(parents=True, exist_ok=True)
     done: dict[str, Any] = progress_state["shards"]
+    pgn_games = _pgn_games(config.pgn, sum(s["games"] for s in done.values())) if config.pgn else None
+    out.mkdir(parents=True, exist_ok=True)
     started = progress_state.setdefault("started", datetime.now(timezone.utc).isoformat(timespec="seconds"))
     seen_positions, seen_prompts = _seen(out, done)
-    pgn_games = None
-    if config.pgn:
-        pgn_games = read_pgn_games(config.pgn)
-        consumed = sum(s["games"] for s in done.values())
-        for _ in islice(pgn_games, consumed):
-            pass
     total = config.p_positions + config.a_samples
     with StockfishPool(processes=config.processes, binary=config.stockfish) as pool, progress_bar() as bar:
         task_id = bar.add_task("samples", total=total, completed=sum(s["P"] + s["A"] for s in done.values()))

@@ -11,8 +11,6 @@ the source's with the new label limit and a `relabel` entry naming the source an
 
 from __future__ import annotations
 
-import gzip
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -24,6 +22,7 @@ import numpy as np
 from rookworld.data import store
 from rookworld.data.generate import LABEL_CHUNK, MANIFEST, MULTIPV, PROGRESS, label_limit, load_progress, progress_bar
 from rookworld.data.position import position_key
+from rookworld.data.sources import BadRow, file_rows
 from rookworld.data.splits import stable_hash
 from rookworld.errors import UserError
 from rookworld.stockfish import LABEL_LIMIT, Limit, StockfishPool
@@ -62,8 +61,13 @@ class RelabelConfig:
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """The compact records of a source shard; UserError naming the shard (and line) that cannot be read."""
+    records = []
+    for where, row in file_rows(path):
+        if isinstance(row, BadRow):
+            raise UserError(f"{where}: {row.reason}; generate the source again")
+        records.append(row)
+    return records
 
 
 def _order(fen: str, old: list[int], n: int) -> list[int]:
@@ -81,7 +85,19 @@ def _source(data: Path) -> tuple[dict[str, Any], list[Path]]:
     shards = sorted(data.glob("shard-*.jsonl.gz"))
     if not shards:
         raise UserError(f"{data} has no shard-*.jsonl.gz files to relabel")
-    return store.read_json(data / MANIFEST), shards
+    return _manifest(data / MANIFEST), shards
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    """A generated dataset's manifest, which must hold its counts by task; UserError otherwise."""
+    try:
+        manifest = store.read_json(path)
+        counts = manifest.get("counts") if isinstance(manifest, dict) else None
+        if not isinstance(counts, dict) or not isinstance(counts.get("task"), dict):
+            raise ValueError("no counts by task")
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON, or not a manifest
+        raise UserError(f"{path} is not a `rookworld data generate` manifest ({exc}); relabel generated data") from None
+    return manifest
 
 
 def relabel(config: RelabelConfig) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 A row is a RookWorld text line (`P: ...` or an A line with or without `A: `), or a record: `{"text": line}`,
 an exported sample (`task`, `prompt`, `target`, optional `analysis` and `meta`) or a compact record of
 generated data. A row that cannot be used raises ValueError (KeyError/TypeError for a record of the
-wrong shape).
+wrong shape): a P row's position must be legal and its moves distinct and legal there.
 
 P truth is the analysis the row states: its moves ranked by eval, best first (the data shuffles M and E),
 with `limit="data"`; the row's own B: label is kept as meta.label_best, because the original generator
@@ -18,10 +18,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-import chess
-
 from rookworld import text
-from rookworld.analysis import Analysis
+from rookworld.analysis import Analysis, legal_analysis
 from rookworld.data import store
 from rookworld.data.position import position_meta
 from rookworld.data.record import Sample, a_sample, p_sample
@@ -35,16 +33,8 @@ def _p_analysis(line: str) -> tuple[Analysis, str | None]:
     if parsed.errors:
         raise ValueError("; ".join(parsed.errors))
     assert parsed.fen is not None  # parse_p_line reports a missing FEN as an error
-    try:
-        board = chess.Board(parsed.fen)
-    except ValueError as exc:
-        raise ValueError(f"bad FEN {parsed.fen!r}: {exc}") from None
-    illegal = [m for m in parsed.moves if not board.is_legal(chess.Move.from_uci(m))]
-    if illegal:
-        raise ValueError(f"moves not legal in {parsed.fen!r}: {' '.join(illegal)}")
-    ranked = sorted(zip(parsed.moves, parsed.evals), key=lambda pair: -pair[1])  # stable: ties keep row order
-    analysis = Analysis(parsed.fen, tuple(m for m, _ in ranked), tuple(e for _, e in ranked), DATA_LIMIT)
-    return analysis, parsed.best
+    analysis = Analysis(parsed.fen, tuple(parsed.moves), tuple(parsed.evals), DATA_LIMIT).ranked()
+    return legal_analysis(analysis), parsed.best
 
 
 def p_from_text(prompt: str, target: str, meta: Mapping[str, Any] | None = None) -> Sample:
@@ -70,7 +60,7 @@ def from_line(line: str) -> Sample:
 def from_record(record: Mapping[str, Any]) -> Sample:
     if not isinstance(record, Mapping):
         raise ValueError(f"expected a JSON object, got {type(record).__name__}")
-    if store.is_compact(record):
+    if store.is_compact(record):  # the generator's own records: types checked, moves not replayed (30k a load)
         return store.decode(record)
     if "text" in record:
         return from_line(str(record["text"]))
@@ -81,7 +71,7 @@ def from_record(record: Mapping[str, Any]) -> Sample:
             return a_from_text(prompt, None if target is None else str(target), meta)
         if task == "P":
             if record.get("analysis"):
-                analysis = Analysis.from_json(record["analysis"])
+                analysis = legal_analysis(Analysis.from_json(record["analysis"]))
                 if target is None:
                     return p_sample(analysis, meta=meta)
                 return Sample("P", prompt, str(target), analysis, {**position_meta(analysis.fen), **meta})

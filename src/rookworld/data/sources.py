@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import re
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -33,6 +34,9 @@ DATA_SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".parquet")
 SHOWN_SKIPS = 5
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
+
+class HubLoadError(UserError):
+    """A hub dataset that `datasets` could not open (unknown id, offline, no such split)."""
 
 
 @dataclass(frozen=True)
@@ -94,17 +98,45 @@ def data_files(path: Path) -> list[Path]:
     return [path]
 
 
-def _file_rows(path: Path) -> Iterator[tuple[str, Row]]:
-    """(where, row) for each non-blank row of a data file (where = "file:line")."""
+def file_rows(path: Path) -> Iterator[tuple[str, Row]]:
+    """(where, row) for each non-blank row of a data file (where = "file:line"); UserError naming the file
+    when it cannot be read as its type (not UTF-8, not gzip, truncated, not parquet)."""
     if path.name.endswith(".parquet"):
-        import pyarrow.parquet as pq
+        import pyarrow
 
-        number = 0
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
-            for record in batch.to_pylist():
-                number += 1
-                yield f"{path}:{number}", record
-        return
+        rows_, errors = _parquet_rows(path), (pyarrow.ArrowException, OSError)
+    else:
+        rows_, errors = _text_rows(path), (UnicodeDecodeError, OSError, EOFError, zlib.error)
+    try:
+        yield from rows_
+    except errors as exc:
+        raise UserError(f"{path}: {_unreadable(exc)}; fix or remove this file") from None
+
+
+def _unreadable(exc: BaseException) -> str:
+    """What a reading error says about the file."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not valid UTF-8 text ({exc.reason})"
+    if isinstance(exc, gzip.BadGzipFile | zlib.error):
+        return f"not a valid gzip file ({exc})"
+    if isinstance(exc, EOFError):
+        return "truncated: the compressed data ends early"
+    if isinstance(exc, OSError):
+        return f"cannot be read ({exc.strerror or exc})"
+    return f"not a readable parquet file ({exc})"  # pyarrow's own errors
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Row]]:
+    import pyarrow.parquet as pq
+
+    number = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=4096):
+        for record in batch.to_pylist():
+            number += 1
+            yield f"{path}:{number}", record
+
+
+def _text_rows(path: Path) -> Iterator[tuple[str, Row]]:
     is_json = path.name.endswith((".jsonl", ".jsonl.gz"))
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
@@ -132,8 +164,8 @@ def hub_rows(name: str, split: Split, data_files: Any = None) -> Iterator[tuple[
         try:
             dataset = datasets.load_dataset(name, split=hub_split, streaming=True, data_files=data_files)
         except Exception as exc:  # datasets raises many types (connection, not found, bad split)
-            raise UserError(f"cannot load hub dataset {name!r} (split {hub_split!r}): {exc}. Check the id "
-                            "and the network; with HF_HUB_OFFLINE=1 only datasets in the local cache load") from None
+            raise HubLoadError(f"cannot load hub dataset {name!r} (split {hub_split!r}): {exc}. Check the id and "
+                               "the network; with HF_HUB_OFFLINE=1 only datasets in the local cache load") from None
         for number, record in enumerate(dataset, start=1):
             yield f"{name}[{hub_split}]:{number}", record
 
@@ -194,7 +226,7 @@ def load_files(path: str | Path, split: Split = "train", *, limit: int | None = 
     if not files:
         raise UserError(f"{name}: no data files ({', '.join(DATA_SUFFIXES)}) in this directory")
     report = LoadReport(name)
-    rows_ = itertools.chain.from_iterable(_file_rows(f) for f in files)
+    rows_ = itertools.chain.from_iterable(file_rows(f) for f in files)
     return _collect(name, split, _samples(rows_, report, split, eval_fraction), report, limit, eval_fraction)
 
 
@@ -211,6 +243,9 @@ def load_source(source: str = EMBEDDED, split: Split = "train", *, limit: int | 
     if path.exists():
         return load_files(path, split, limit=limit, eval_fraction=eval_fraction)
     if _HUB_ID.match(source) and not source.endswith(DATA_SUFFIXES):
-        return load_hub(source, split, limit=limit)
+        try:
+            return load_hub(source, split, limit=limit)
+        except HubLoadError as error:  # an id shaped like `dir/name` may have been meant as a local path
+            raise UserError(f"{error}; no local file or directory {source!r} exists either") from None
     raise UserError(f"data source {source!r} is not a file or directory here, nor a hub dataset id "
                     f"(owner/name); use '{EMBEDDED}', a local path or e.g. jrahn/rookworld_7m")

@@ -61,8 +61,8 @@ def decode(record: Mapping[str, Any]) -> Sample:
     game = record_game(record)
     extra = {"game": game} if game is not None else {}
     if record["t"] == "P":
-        analysis = Analysis(fen=record["fen"], moves=tuple(record["m"]), evals=tuple(float(e) for e in record["e"]),
-                            limit=str(record["l"]))
+        analysis = Analysis.from_json({"fen": record["fen"], "moves": record["m"], "evals": record["e"],
+                                       "limit": record["l"]})
         return p_sample(analysis, order=[int(i) for i in record["s"]], meta=extra)
     if record["t"] == "A":
         prompt = text.A_PREFIX + record["p"]
