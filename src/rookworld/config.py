@@ -89,15 +89,34 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"config file {path} is not valid TOML: {exc}") from None
 
 
+def _file_value(key: str, value: Any, annotation: Any) -> Any:
+    """A config file's value of field `key`, of the field's type (an int where a float goes becomes one);
+    UserError otherwise: a TOML string "false" must not switch an option on, nor 1.5 steps run as 2."""
+    scalar, is_list = _flag_type(annotation)
+    optional = type(None) in typing.get_args(annotation)
+    if value is None and optional:
+        return None
+    items = value if is_list and isinstance(value, list) else None if is_list else [value]
+    if items is not None and all(isinstance(item, scalar) and (scalar is bool or not isinstance(item, bool))
+                                 or (scalar is float and isinstance(item, int) and not isinstance(item, bool))
+                                 for item in items):
+        converted = [float(item) if scalar is float else item for item in items]
+        return converted if is_list else converted[0]
+    wanted = f"a list of {scalar.__name__}" if is_list else scalar.__name__
+    raise UserError(f"config field {key} = {value!r}: expected {wanted} (TOML: true/false, 3, 3.0e-5, \"text\", "
+                    "[\"a\", \"b\"]); fix the config file")
+
+
 def build_config(config_cls: type[C], args: argparse.Namespace | None = None,
                  file_values: dict[str, Any] | None = None) -> C:
-    """Defaults, then the config file's values, then the flags that were given."""
+    """Defaults, then the config file's values (checked against the fields' types), then the flags given."""
     names = {f.name for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
     values: dict[str, Any] = {}
     for key, value in (file_values or {}).items():
         if key not in names:
             raise UserError(f"unknown config field {key!r} for {config_cls.__name__}; known: {sorted(names)}")
-        values[key] = value
+        values[key] = _file_value(key, value, hints[key])
     if args is not None:
         for name in names:
             value = getattr(args, name, None)
