@@ -147,7 +147,10 @@ def test_train_killed_while_saving_resumes_like_an_uninterrupted_run(tmp_path, t
         pytest.fail("three runs ended without that moment being seen")
     resumed_from = checkpoint.read_info(checkpoint.latest(out))["step"]
     result = run(rookworld("train", "--resume", str(out)))
-    assert result.returncode == 0, result.stderr
+    if resumed_from == 4:  # killed after its last step was saved: nothing is left to train, and it says so
+        assert result.returncode == 2 and "is already at step 4" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
     assert_same_run(out, train_reference)
     if resumed_from < 4:  # the next save deletes the killed one's debris; a finished run saves no more
         assert not [name for name in os.listdir(out) if name.startswith(".tmp-") or name.endswith(".old")]
@@ -155,11 +158,15 @@ def test_train_killed_while_saving_resumes_like_an_uninterrupted_run(tmp_path, t
 
 @pytest.mark.slow
 @pytest.mark.stockfish
-def test_train_killed_in_its_first_save_cannot_resume_and_says_so(tmp_path):
+def test_train_killed_in_its_first_save_cannot_resume_and_starts_over_as_it_says(tmp_path, train_reference):
     out = tmp_path / "run"
     assert kill_when(rookworld(*TRAIN, "--out", str(out)), out, staging("last"))
     result = run(rookworld("train", "--resume", str(out)))
     assert result.returncode == 2 and f"error: --resume {out}: no " in result.stderr.strip().splitlines()[-1]
+    assert f"start the run over with --out {out}" in result.stderr
+    result = run(rookworld(*TRAIN, "--out", str(out)))  # the advice followed: the same command again
+    assert result.returncode == 0, result.stderr
+    assert_same_run(out, train_reference)
 
 
 @pytest.mark.slow

@@ -63,6 +63,25 @@ def test_a_fresh_run_refuses_a_directory_with_metrics(tmp_path):
         RunLogger(tmp_path, {}, tensorboard=False)
 
 
+def test_a_run_that_saved_no_checkpoint_is_started_over_and_its_records_replaced(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLogger(tmp_path, {}) as logger:
+        logger.log_eval(0, {"eval/A/exact": 0.5})  # killed after its step-0 eval, before its first step
+    with pytest.raises(UserError, match="already holds a run's records"):
+        RunLogger(tmp_path, {}, tensorboard=False)
+    with RunLogger(tmp_path, {}, start_over=True) as logger:
+        logger.log_eval(0, {"eval/A/exact": 0.75})
+        logger.log(1, {"loss": 1.0})
+        logger.log_samples(1, [{"completion": "x"}])
+    assert "starting it over (its logs are replaced)" in capsys.readouterr().err
+    assert strict_lines(tmp_path / "eval.jsonl") == [{"step": 0, "eval/A/exact": 0.75}]  # the old one's is gone
+    assert [r["step"] for r in strict_lines(tmp_path / "metrics.jsonl")] == [1]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("eval/A/exact")] == [(0, 0.75)]
+
+
 def test_non_zero_rank_writes_nothing(tmp_path):
     out = tmp_path / "run"
     with RunLogger(out, {"a": 1}, rank=1) as logger:

@@ -7,11 +7,12 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import one_error_line
 
 from rookworld import cli
 from rookworld.errors import UserError
 from rookworld.log import RunLogger
-from rookworld.plot import dashboard, figure_of, load_run, moving_average, panels_for
+from rookworld.plot import dashboard, figure_of, isolated, load_run, moving_average, panels_for
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -77,12 +78,38 @@ def test_moving_average_is_trailing_and_skips_nulls():
     assert np.isnan(moving_average(np.array([math.nan, 1.0]), 1)[0])
 
 
+def test_a_value_without_a_logged_neighbour_is_drawn_as_a_dot(tmp_path):
+    """A line shows no point that stands alone: the one step of a run cut short, or a value between nulls."""
+    with RunLogger(tmp_path, {}, tensorboard=False) as logger:
+        logger.log(1, {"reward/mean": 0.5})
+    (reward_ax,) = [ax for ax in figure_of([load_run(tmp_path)]).axes if ax.get_visible()]
+    (line,) = reward_ax.lines
+    assert (line.get_marker(), line.get_markevery()) == (".", [True])
+    values = np.array([1.0, math.nan, 2.0, 3.0, math.nan, 4.0, math.nan])
+    assert isolated(values) == [True, False, False, False, False, True, False]
+
+
 def test_cli_writes_the_dashboard_where_asked(tmp_path, capsys):
     write_run(tmp_path / "run", seed=3, steps=12)
     out = tmp_path / "plots" / "run.png"
     assert cli.main(["plot", str(tmp_path / "run"), "--out", str(out), "--smooth", "3"]) == 0
     assert capsys.readouterr().out.strip() == str(out)
     assert png_size(out)[0] > 0
+    # a name without a suffix gets .png, as matplotlib writes it; the path printed is the file written
+    assert cli.main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "plots" / "noext")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "plots" / "noext.png")
+    assert png_size(tmp_path / "plots" / "noext.png")[0] > 0 and not (tmp_path / "plots" / "noext").exists()
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("run", "--out {tmp}/run is a directory: give the path of a file"),
+    ("/proc/x.png", "--out /proc/x.png: cannot write it (No such file or directory): give another path"),
+])
+def test_cli_refuses_an_out_it_cannot_write_in_one_line(tmp_path, capsys, out, message):
+    write_run(tmp_path / "run", seed=3, steps=3)
+    out = out if out.startswith("/") else str(tmp_path / out)
+    assert cli.main(["plot", str(tmp_path / "run"), "--out", out]) == 2
+    assert one_error_line(capsys) == "rookworld plot: error: " + message.format(tmp=tmp_path)
 
 
 def test_cli_names_a_missing_run_directory(tmp_path, capsys):

@@ -179,6 +179,20 @@ def test_resume_may_turn_fresh_a_on(data_file, tmp_path):
     assert checkpoint.read_info(tmp_path / "run" / checkpoint.LAST)["step"] == 4
 
 
+def test_resume_takes_the_adamw_flags_given_and_refuses_steps_already_taken(data_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    main(_config(data_file, out, steps=2, eval_every=0))
+    config = (out / "config.json").read_text()
+    assert cli.main(["sft", "--resume", str(out), "--steps", "2"]) == 2
+    assert f"--steps 2: {out} is already at step 2; give --steps > 2" in one_error_line(capsys)
+    assert (out / "config.json").read_text() == config  # it says the steps the run took
+    assert cli.main(["sft", "--resume", str(out), "--steps", "3", "--weight-decay", "0.2", "--beta1", "0.5",
+                     "--beta2", "0.9"]) == 0
+    decayed, plain = checkpoint.load_state(out / checkpoint.LAST)["optimizer"]["param_groups"]
+    assert (decayed["weight_decay"], plain["weight_decay"]) == (0.2, 0.0)  # as config.json now says
+    assert decayed["betas"] == plain["betas"] == (0.5, 0.9)
+
+
 def test_best_metric_where_lower_is_better_keeps_the_lowest(data_file, tmp_path):
     from rookworld.hub import resolve_default_model
 

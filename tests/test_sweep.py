@@ -4,6 +4,7 @@ trials with their reasons, pruning, --jobs 2, a journal storage, an interrupted 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from conftest import one_error_line
 
 from rookworld import cli, sweep
 from rookworld.errors import UserError
@@ -126,6 +128,31 @@ def test_failure_reasons_from_the_train_output():
     assert sweep.failure_reason("", -9) == "crash: killed by SIGKILL"
 
 
+def test_a_resumed_seeded_sweep_draws_new_points_and_a_new_one_repeats_them(tmp_path):
+    """The sampler's seed goes on with the study's trials. Optuna's own ask and tell stand for the trials."""
+    space_path = space_file(tmp_path, "lr = { low = 1e-5, high = 1e-3, log = true }")
+    space = sweep.parse_space(space_path)
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+
+    def command(out: Path, trials: int = 2) -> list[float]:
+        """The lr values one `sweep --sampler-seed 0` command draws."""
+        args = parser.parse_args(["--space", space_path, "--trials", str(trials), "--out", str(out),
+                                  "--sampler-seed", "0"])
+        out.mkdir(exist_ok=True)
+        study = sweep.open_study(args, space, out)
+        drawn = []
+        for _ in range(trials):
+            trial = study.ask()
+            drawn.append(space["lr"].suggest(trial))
+            study.tell(trial, 0.0)
+        return drawn
+
+    first, again = command(tmp_path / "a"), command(tmp_path / "a")
+    assert len(set(first + again)) == 4  # the same command again: two new points
+    assert command(tmp_path / "b") + command(tmp_path / "b") == first + again  # a new study: the same draws
+
+
 # ---------------------------------------------------------------- bad commands: refused before any trial
 
 
@@ -175,13 +202,28 @@ def test_sweep_writes_trials_summary_and_plot_and_resumes(tiny, tmp_path, capsys
     assert sorted(p.name for p in out.glob("trial-*")) == [f"trial-{n:04d}" for n in range(4)]
     assert again["best_value"] >= first["best_value"]
 
-    # another base or space cannot join the study
+    # another base or space cannot join the study: the error names the fields that differ
+    fix = "run the same command, or start a new study in another --out DIR"
     assert cli.main([*command[:-len(tiny)], *tiny, "--beta", "0.5"]) == 2
-    assert "was started with another base" in capsys.readouterr().err
-    other = space_file(tmp_path, "lr = { low = 1e-5, high = 1e-2, log = true }", "other.toml")
+    assert f"was started with another base (base.grpo.beta: saved 0.02, given 0.5); {fix}" in one_error_line(capsys)
+    other = space_file(tmp_path, "lr = { low = 1e-5, high = 1e-2, log = true }\nzero_std = { choices = ['keep', "
+                                 "'drop'] }\n", "other.toml")
     assert cli.main(["sweep", "--space", other, *command[3:]]) == 2
-    assert "was started with another space" in capsys.readouterr().err
-    assert summary(out)["trials"] == 4
+    assert f"another space (space.lr.high: saved 0.001, given 0.01); {fix}" in one_error_line(capsys)
+
+    # nor can a new study (another --study, or the same name in another storage) take over DIR: its trial 0
+    # would be DIR/trial-0000; refused before any trial, nothing of the first study's replaced
+    kept = {path: path.read_bytes() for path in (out / sweep.SUMMARY_FILE, out / "trial-0000" / sweep.TRIAL_LOG)}
+    for new_study in (["--study", "s2"], ["--storage", str(tmp_path / "new.journal")]):
+        assert cli.main([*command, *new_study]) == 2
+        assert (f"--out {out} holds the sweep of another study ({out / sweep.SUMMARY_FILE} of study 'sweep' with 4 "
+                f"trials; study ") in one_error_line(capsys)
+    assert all(path.read_bytes() == data for path, data in kept.items())
+    (out / sweep.SUMMARY_FILE).unlink()  # the trial directories alone tell too
+    assert cli.main([*command, "--study", "s2"]) == 2
+    error = one_error_line(capsys)
+    assert "(trial-0000, trial-0001, trial-0002, ...; study 's2' in this storage has 0 trials)" in error
+    assert len(list(out.glob("trial-*"))) == 4 and not (out / sweep.SUMMARY_FILE).exists()
 
 
 def test_failed_trials_are_recorded_with_their_reason_and_the_sweep_goes_on(tiny, tmp_path, capsys):
@@ -210,10 +252,16 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_sweep_goes_on(tiny
     assert list(found["failures"]) == ["invalid TrainConfig: zero_std must be one of ('keep', 'drop', 'resample')"]
     out = tmp_path / "metric"
     lr = space_file(tmp_path, "lr = { low = 1e-4, high = 1e-3 }", "lr.toml")
+    base = space_file(tmp_path, "threads = 1\nprocesses = 1\n", "base.toml")  # the trial's, not cores / jobs
+    flags = with_flag(with_flag(tiny, "--threads", None), "--processes", None)
     assert cli.main(["sweep", "--space", lr, "--trials", "1", "--out", str(out), "--metric", "eval/reward/meen",
-                     *tiny]) == 0
+                     "--config", base, *flags]) == 0
     (reason,) = summary(out)["failures"]
     assert reason.startswith("eval/reward/meen is not an eval metric (eval.jsonl has eval/reward/mean")
+    command = (out / "trial-0000" / sweep.TRIAL_LOG).read_text().splitlines()[0]
+    assert "--threads" not in command and "--processes" not in command
+    trained = json.loads((out / "trial-0000" / "config.json").read_text())["train"]
+    assert (trained["threads"], trained["processes"]) == (1, 1)
     assert "FAIL" in capsys.readouterr().out
 
 

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -72,8 +73,9 @@ def test_smoke_run_changes_parameters_with_finite_losses(tiny_run_inputs, tmp_pa
     rows = records(out)
     assert [r["step"] for r in rows] == [1, 2, 3]
     for key in ("reward/mean", "loss", "pg_loss", "kl/mean", "kl_share", "entropy", "clip_frac", "frac_zero_std",
-                "grad_norm", "lr", "beta", "time/step", "completion/len_mean"):
+                "grad_norm", "lr", "beta", "time/step", "completion/len_mean", "ratio/max"):
         assert all(key in r and r[key] is not None for r in rows), key
+    assert all(r["ratio/max"] == 1.0 for r in rows)  # one pass over each batch: the ratio is 1 by construction
     assert all(abs(r["loss"]) < 1e3 for r in rows)
     assert (out / "samples.jsonl").read_text().strip()
 
@@ -117,6 +119,7 @@ def test_every_loss_path_takes_a_real_step(tiny_run_inputs, tmp_path, name):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     if name == "two iterations":
         assert all(r["ratio/mean"] == pytest.approx(1.0, abs=0.1) for r in rows)  # an update, then the ratio moves
+        assert all(r["ratio/max"] > 1.0 for r in rows)
     if name == "mask truncated":
         assert all(r["completion/truncated_frac"] < 1.0 for r in rows)  # some completions ended: loss tokens left
     assert all(("reward/P/greedy" in r or "reward/A/greedy" in r) == gcfg.uses("greedy") for r in rows)
@@ -870,6 +873,93 @@ def test_consolidation_learns_the_anchors_targets_after_the_last_step_only(tiny_
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_takes_the_adamw_flags_given(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2), gcfg)
+    train.main(tiny_config(model_dir, data, run, steps=3, weight_decay=0.1, beta1=0.5, beta2=0.9), gcfg,
+               resume=str(run))
+    decayed, plain = checkpoint.load_state(run / checkpoint.LAST)["optimizer"]["param_groups"]
+    assert (decayed["weight_decay"], plain["weight_decay"]) == (0.1, 0.0)  # as config.json says
+    assert decayed["betas"] == plain["betas"] == (0.5, 0.9)
+    assert json.loads((run / "config.json").read_text())["train"]["weight_decay"] == 0.1
+
+
+def test_resume_refuses_steps_already_taken_and_another_beta_schedule_before_any_work(tiny_run_inputs, tmp_path,
+                                                                                      capsys):
+    model_dir, data = tiny_run_inputs
+    run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2), grpo.GRPOConfig(beta=0.05))
+    config = (run / "config.json").read_text()
+    for flags, message in ((["--steps", "2"], f"--steps 2: {run} is already at step 2; give --steps > 2"),
+                           (["--steps", "1"], f"--steps 1: {run} is already at step 2; give --steps > 2"),
+                           (["--steps", "3", "--beta-schedule", "adaptive"],
+                            f"--beta-schedule adaptive: --resume {run} continues the model it saved (its "
+                            f"--beta-schedule: fixed)")):
+        assert cli.main(["train", "--resume", str(run), *flags]) == 2
+        assert message in one_error_line(capsys)
+    assert (run / "config.json").read_text() == config  # it says the steps the run took
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_over_with_out(tiny_run_inputs, tmp_path, capsys):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=2), gcfg)
+    killed = tmp_path / "killed"  # what a run killed before its first checkpoint leaves: its config and logs
+    shutil.copytree(straight, killed, ignore=shutil.ignore_patterns("checkpoint-*"))
+    with pytest.raises(train.UserError, match=f"no step to keep; start the run over with --out {killed}"):
+        train.main(tiny_config(model_dir, data, killed, steps=2), gcfg, resume=str(killed))
+    again = train.main(tiny_config(model_dir, data, killed, steps=2), gcfg)
+    assert "starting it over (its logs are replaced)" in capsys.readouterr().err
+    assert [(r["step"], r["reward/mean"]) for r in records(again)] == \
+        [(r["step"], r["reward/mean"]) for r in records(straight)]
+    a, b = weights(straight), weights(again)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(train.UserError, match=f"--out {killed}: holds a run that can be resumed"):
+        train.main(tiny_config(model_dir, data, killed, steps=2), gcfg)  # now it has a checkpoint
+
+
+def test_extending_a_run_refuses_a_moved_weight_average_and_consolidated_weights(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    averaged = train.main(tiny_config(model_dir, data, tmp_path / "averaged", steps=2, average_last=0.5), gcfg)
+    # its mean is of step 2; a 6-step run's is of steps 4-6
+    with pytest.raises(train.UserError, match="--steps 6 --average-last 0.5: the weight average would begin at "
+                                              "step 4, where that of .* begins at step 2"):
+        train.main(tiny_config(model_dir, data, averaged, steps=6, average_last=0.5), gcfg, resume=str(averaged))
+    options = dict(consolidate_steps=1, consolidate_rows=4)
+    consolidated = train.main(tiny_config(model_dir, data, tmp_path / "consolidated", steps=2, **options), gcfg)
+    with pytest.raises(train.UserError, match="holds the weights its --consolidate-steps changed after the last "
+                                              "GRPO step, not a policy to continue"):
+        train.main(tiny_config(model_dir, data, consolidated, steps=3, **options), gcfg, resume=str(consolidated))
+
+
+def test_a_moved_weight_average_that_has_not_begun_resumes_as_an_uninterrupted_run(tiny_run_inputs, tmp_path):
+    model_dir, data = tiny_run_inputs
+    gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
+    options = dict(average_last=0.25, checkpoint_every=1)
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), gcfg)  # mean: 4
+    cut = train.main(tiny_config(model_dir, data, tmp_path / "cut", steps=3, **options), gcfg)  # its mean: step 3
+    shutil.rmtree(cut / checkpoint.LAST)
+    shutil.rmtree(cut / checkpoint.step_dir_name(3))  # as if killed after step 2, before either run averaged
+    train.main(tiny_config(model_dir, data, cut, steps=4, **options), gcfg, resume=str(cut))
+    a, b = weights(straight), weights(cut)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_kl_guard_says_at_the_start_that_it_is_inactive_while_beta_is_0(tiny_run_inputs, tmp_path, capsys):
+    assert train.inactive_kl_guard(train.TrainConfig(), grpo.GRPOConfig()) is None
+    assert train.inactive_kl_guard(train.TrainConfig(kl_max=0), grpo.GRPOConfig(beta=0)) is None
+    assert train.inactive_kl_guard(train.TrainConfig(), grpo.GRPOConfig(beta=0)) == \
+        "--kl-max 1.0 is inactive: with --beta 0 no KL is measured"
+    model_dir, data = tiny_run_inputs
+    warmup = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01, beta_schedule="warmup", beta_warmup_steps=1)
+    run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=2, kl_max=1e-12, max_rollbacks=5), warmup)
+    assert capsys.readouterr().err.count("--kl-max 1e-12 is inactive for the first 1 steps: beta is 0") == 1
+    first, second = records(run)
+    assert "kl/mean" not in first and "guard/rollback" not in first  # beta 0: no KL, no guard
+    assert second["kl/mean"] > 1e-12 and second["guard/rollback"] == 1.0
+
+
 def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
@@ -990,7 +1080,7 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     # the logged step stats cover every rank's groups, not rank 0's alone
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
         for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll",
-                    "consolidate/nll_first", "consolidate/nll_last"):
+                    "consolidate/nll_first", "consolidate/nll_last", "ratio/max"):
             assert a.get(key) == pytest.approx(b.get(key)), key
         if mode == "project":
             assert a["anchor/cos"] == pytest.approx(b["anchor/cos"], rel=1e-4)  # from gradients: rounding
@@ -1033,6 +1123,7 @@ def test_bad_model_path_is_one_clear_line(tmp_path, capsys):
     (["--consolidate-steps", "5", "--lora-rank", "4"], "consolidate_steps trains every weight, lora_rank only"),
     (["--consolidate-steps", "-1"], "consolidate_steps must be >= 0, got -1"),
     (["--consolidate-rows", "0"], "consolidate_rows must be >= 1 and consolidate_lr > 0, got 0"),
+    (["--device", "foo"], "--device foo: not a torch device"),
 ])
 def test_impossible_config_is_one_clear_line_before_any_work(tmp_path, capsys, flags, message):
     code = cli.main(["train", *flags, "--out", str(tmp_path / "run")])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import math
 
 import pytest
 import torch
+from conftest import one_error_line
 
 from rookworld import cli, grpo, training
 from rookworld.errors import UserError
@@ -60,6 +62,20 @@ def test_optimizer_decays_only_matrices_with_the_configured_betas():
     assert [p.shape for p in decayed["params"]] == [(4, 3)] and decayed["weight_decay"] == 0.3
     assert len(plain["params"]) == 3 and plain["weight_decay"] == 0.0
     assert decayed["betas"] == (0.8, 0.95)
+
+
+def test_a_resumed_adamw_keeps_its_moments_and_takes_the_betas_and_weight_decay_given():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    before = training.make_optimizer(model, SFTConfig(weight_decay=0.0, beta1=0.9, beta2=0.99))
+    model(torch.ones(2, 3)).sum().backward()
+    before.step()
+    given = SFTConfig(weight_decay=0.1, beta1=0.5, beta2=0.9)
+    resumed = training.make_optimizer(model, SFTConfig())
+    training.load_optimizer(resumed, copy.deepcopy(before.state_dict()), given)
+    decayed, plain = resumed.param_groups
+    assert (decayed["weight_decay"], plain["weight_decay"]) == (0.1, 0.0)
+    assert decayed["betas"] == plain["betas"] == (0.5, 0.9)
+    assert all(torch.equal(resumed.state[p]["exp_avg"], before.state[p]["exp_avg"]) for p in model.parameters())
 
 
 def test_guards_turn_off_with_zero_from_flags_and_toml(tmp_path):
@@ -122,6 +138,10 @@ def test_resume_rules_are_the_same_in_both_commands(command, classes, tmp_path, 
     with pytest.raises(UserError, match=f"{kept} {other_value}: --resume .* continues the model it saved"):
         training.run_configs(_parse(command, ["--resume", str(run), kept, other_value]), classes)
     training.run_configs(_parse(command, ["--resume", str(run), kept, saved_value]), classes)
+    if command == "train":  # the LoRA adapters' shape and scale made the weights saved too
+        for flag in ("--lora-rank", "--lora-alpha"):
+            with pytest.raises(UserError, match=f"{flag} 4.*: --resume .* continues the model it saved"):
+                training.run_configs(_parse(command, ["--resume", str(run), flag, "4"]), classes)
     assert set(classes[first].KEPT_ON_RESUME) <= {f.name for f in dataclasses.fields(classes[first])}
     other = "train" if command == "sft" else "sft"
     (run / "config.json").write_text(json.dumps({other: {}}))
@@ -136,4 +156,14 @@ def test_resume_without_checkpoint_is_one_clear_line(tmp_path, capsys):
         table = {"sft": {"out": str(run)}} if command == "sft" else {"train": {"out": str(run)}, "grpo": {}}
         (run / "config.json").write_text(json.dumps(table))
         assert cli.main([command, "--resume", str(run)]) == 2
-        assert "no complete checkpoint there" in capsys.readouterr().err
+        assert f"no complete checkpoint there (expected {run}/checkpoint-last), so no step to keep; start the run " \
+               f"over with --out {run}" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("command,elsewhere", [("sft", ["--init-from", "missing"]), ("train", ["--model", "missing"])])
+def test_an_out_that_is_a_file_or_under_one_is_one_clear_line_before_any_work(command, elsewhere, tmp_path, capsys):
+    (tmp_path / "notes").write_text("mine")
+    for out in (tmp_path / "notes", tmp_path / "notes" / "run"):
+        assert cli.main([command, "--out", str(out), "--data", str(tmp_path / "missing"), *elsewhere]) == 2
+        assert f"--out {out}: {tmp_path / 'notes'} is a file, not a directory" in one_error_line(capsys)
+    assert (tmp_path / "notes").read_text() == "mine"

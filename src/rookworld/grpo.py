@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -52,6 +52,8 @@ ADAPTIVE_ERROR_CLIP = 0.2  # the PPO adaptive KL controller's bound on the propo
 
 @dataclass
 class GRPOConfig:
+    # the beta controller's saved state belongs to its schedule: a resumed run cannot switch to another
+    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("beta_schedule",)
     baseline: str = field(default="group", metadata={
         "help": "what a reward is compared with: 'group' (the mean of the prompt's G rewards), 'rloo' (the mean "
                 "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards), "

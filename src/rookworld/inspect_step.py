@@ -3,7 +3,9 @@
 For each prompt: its completions, rewards and reward components, advantages, and each completion's
 policy-gradient, KL and entropy terms; for the step: the loss parts, KL share and gradient norm; and
 the mean reward of the same prompts sampled with the same random streams before and after the update.
-Takes the same flags as `rookworld train` (whose functions it calls); nothing is written but --json.
+Takes the same flags as `rookworld train` (whose functions it calls): a run's first step, or with --resume DIR
+the run's next step from its latest checkpoint (weights, optimizer, sampler position, beta and the rest of
+its saved state); nothing is written but --json.
 """
 
 from __future__ import annotations
@@ -14,24 +16,29 @@ from pathlib import Path
 
 import torch
 
-from rookworld import grpo
+from rookworld import checkpoint, grpo, training
+from rookworld.fsutil import output_file
 from rookworld.rewards import RewardConfig, weights_at
 from rookworld.rollout import collect, completion_limits, rollout
 from rookworld.runtime import Dist
 from rookworld.train import (
     Anchor,
     Batch,
+    RunState,
     TrainConfig,
     batch_sampler,
+    check_resumable,
     configs_from_args,
     group_advantages,
     learner,
     learning_groups,
     load_data,
     load_reference,
+    load_run,
     make_anchor_sampler,
     make_baseline,
     policy_update,
+    set_lr,
     step_advantages,
 )
 
@@ -56,45 +63,56 @@ def per_sequence_terms(policy, reference, batch: Batch, gcfg: grpo.GRPOConfig, b
     return rows
 
 
-def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | None = None) -> dict:
+def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | None = None,
+                 resume: str | None = None) -> dict:
+    """One step told in full: a run's first, or the next step of the run in the directory `resume`."""
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
 
     device = pick_device(cfg.device, cfg.threads)
     torch.manual_seed(cfg.seed)
-    source = cfg.model or str(resolve_default_model())
-    policy, tokenizer = load_model(source, device=device)
+    resume_dir = training.resume_checkpoint(resume) if resume else None
+    policy, tokenizer = load_model(str(resume_dir or cfg.model or resolve_default_model()), device=device)
     reference = load_reference(cfg, gcfg, device)
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
     limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
     sampler = batch_sampler(cfg, train_samples)
+    anchor_sampler = make_anchor_sampler(cfg, train_samples)
+    optimizer, lora = learner(policy, cfg)
+    beta_ctl, ema = grpo.BetaController(gcfg), make_baseline(gcfg)
+    state = RunState()
+    if resume_dir is not None:
+        saved = checkpoint.load_state(resume_dir)
+        check_resumable(saved, resume_dir, cfg, gcfg)
+        state = load_run(saved, policy, optimizer, cfg, {"lora": lora, "sampler": sampler, "beta": beta_ctl,
+                                                         "baseline": ema, "anchor": anchor_sampler})
+    set_lr(optimizer, cfg, state)
+    step = state.step  # 0-based: it seeds the step's random streams and the reward's warm-up
     samples = sampler.next(cfg.batch_size)
     d = Dist()
-    beta = grpo.BetaController(gcfg).beta
+    beta = beta_ctl.beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, 0, pool, d, {}, rcfg,
+        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, step, pool, d, {}, rcfg,
                                     greedy=gcfg.uses("greedy"))
-        adv = step_advantages(summaries, gcfg, make_baseline(gcfg))  # a run's first step
+        adv = step_advantages(summaries, gcfg, ema)
         learn = learning_groups(groups, adv, cfg)
         advantages = group_advantages(groups, list(range(len(groups))), summaries, adv, gcfg,
-                                      weights_at(rcfg or RewardConfig(), 0)["P"], tokenizer, device)
+                                      weights_at(rcfg or RewardConfig(), step)["P"], tokenizer, device)
         every = Batch.of(groups, advantages)
         terms = per_sequence_terms(policy, reference, every, gcfg, beta)
         # the step's prompts after resampling, sampled on the same random streams before and after the update
         final = [g.sample for g in groups]
-        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {},
-                                                         rcfg)
+        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, step, 0, pool, d,
+                                                         {}, rcfg)
         policy.train()
         batch = Batch.of([groups[i] for i in learn], [advantages[i] for i in learn]) if learn else None
-        anchor_sampler = make_anchor_sampler(cfg, train_samples)
         anchor = Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device) if anchor_sampler else None
-        optimizer, lora = learner(policy, cfg)
         update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max(limits.values()), d, anchor,
                                lora)
         policy.eval()
-        after = rollout(policy, tokenizer, final, cfg, limits, 0, 0, pool, d, {}, rcfg)
+        after = rollout(policy, tokenizer, final, cfg, limits, step, 0, pool, d, {}, rcfg)
     G = cfg.group_size
     prompts = []
     for b, group in enumerate(groups):
@@ -106,7 +124,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
                                         for j, (c, r, comp) in enumerate(zip(group.completions, group.rewards,
                                                                              group.components))]})
     mean = lambda gs: sum(r for g in gs for r in g.rewards) / sum(len(g.rewards) for g in gs)  # noqa: E731
-    return {"prompts": prompts, "update": update, "beta": beta, "frac_zero_std": adv.frac_zero_std,
+    return {"step": step + 1, "prompts": prompts, "update": update, "beta": beta, "frac_zero_std": adv.frac_zero_std,
             "reward_before": mean(before), "reward_after": mean(after)}
 
 
@@ -130,8 +148,8 @@ def print_report(report: dict) -> None:
     console.print(f"loss {u.get('loss', 0):+.5f} = pg {u.get('pg_loss', 0):+.5f} + kl {u.get('kl_loss', 0):+.5f} "
                   f"+ entropy {u.get('entropy_loss', 0):+.5f} | kl_share {u.get('kl_share', 0):.3f} | grad_norm "
                   f"{u['grad_norm']:.4f} | beta {report['beta']:g} | frac_zero_std {report['frac_zero_std']:.2f}")
-    console.print(f"mean reward on this batch (same random streams): before {report['reward_before']:.4f} -> "
-                  f"after {report['reward_after']:.4f}")
+    console.print(f"step {report['step']}: mean reward on this batch (same random streams): before "
+                  f"{report['reward_before']:.4f} -> after {report['reward_after']:.4f}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,8 +160,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = inspect_step(*configs_from_args(args))
+    configs = configs_from_args(args)
+    json_out = output_file(Path(args.json_out), "--json") if args.json_out else None  # before the step's work
+    report = inspect_step(*configs, resume=args.resume)
     print_report(report)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if json_out:
+        json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0

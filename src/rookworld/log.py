@@ -111,12 +111,14 @@ class RunLogger:
 
     resume_step: the step of the checkpoint a resumed run starts from; records after it are dropped
     from the JSONL files (and purged from TensorBoard) so the re-run steps are not logged twice.
-    Without it, a run directory that already has metrics is refused: two runs would mix.
+    Without it, a run directory that already has records is refused: two runs would mix. Unless
+    start_over: the caller has made sure that they are of a run that cannot be resumed (it saved no
+    checkpoint), and they are replaced, as a resume from before step 0 would drop them all.
     """
 
     def __init__(self, out_dir: str | Path, config: Mapping[str, Any] | Any, *, tensorboard: bool = True,
                  wandb_project: str | None = None, wandb_run_name: str | None = None, rank: int = 0,
-                 resume_step: int | None = None) -> None:
+                 resume_step: int | None = None, start_over: bool = False) -> None:
         self.out_dir = Path(out_dir)
         self.enabled = rank == 0
         self._files: dict[str, IO[str]] = {}
@@ -125,22 +127,28 @@ class RunLogger:
         if not self.enabled:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        metrics_path = self.out_dir / METRICS_FILE
-        if resume_step is None:
-            if metrics_path.exists() and metrics_path.stat().st_size > 0:
-                raise UserError(f"{self.out_dir} already holds a run's metrics ({metrics_path}); resume it or "
-                                "choose another output directory")
-        else:
-            for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
-                _truncate_after(self.out_dir / name, resume_step)
+        records = [self.out_dir / name for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE)]
+        found = [path for path in records if path.exists() and path.stat().st_size > 0]
+        purge_step = None
+        if resume_step is not None:
+            for path in records:
+                _truncate_after(path, resume_step)
+            purge_step = resume_step + 1
+        elif found and not start_over:
+            raise UserError(f"{self.out_dir} already holds a run's records ({found[0]}); resume it or choose "
+                            "another output directory")
+        elif found:
+            print(f"{self.out_dir}: its run saved no checkpoint to resume; starting it over (its logs are "
+                  "replaced)", file=sys.stderr)
+            purge_step = 0
         config_values = _config_dict(config)
         _write_json_atomic(self.out_dir / CONFIG_FILE, config_values)
-        for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE):
-            self._files[name] = open(self.out_dir / name, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
+        mode = "w" if resume_step is None else "a"  # a new run replaces what start_over allowed
+        for path in records:
+            self._files[path.name] = open(path, mode, encoding="utf-8")  # noqa: SIM115 (closed by close())
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            purge_step = None if resume_step is None else resume_step + 1
             self._tensorboard = SummaryWriter(str(self.out_dir / TENSORBOARD_DIR), purge_step=purge_step)
         if wandb_project:
             self._wandb = self._start_wandb(wandb_project, wandb_run_name, config_values)

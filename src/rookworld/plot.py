@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from rookworld.errors import UserError
+from rookworld.fsutil import output_file
 from rookworld.log import EVAL_FILE, METRICS_FILE, read_records
 from rookworld.metrics import BAND_PREFIX, SE_SUFFIX, is_statistic
 from rookworld.quality import BANDS
@@ -110,8 +111,17 @@ def _run_names(run_dirs: Sequence[str | Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(d) for d in run_dirs]
 
 
+def isolated(values: np.ndarray) -> list[bool]:
+    """Where a finite value has no finite neighbour: a line alone does not show it (one logged step, or a value
+    between nulls)."""
+    finite = np.isfinite(values)
+    before, after = np.r_[False, finite[:-1]], np.r_[finite[1:], False]
+    return (finite & ~before & ~after).tolist()
+
+
 def _draw_panel(ax, panel: Panel, runs: Sequence[Run], smooth: int) -> None:
-    """One color per run, one line style per metric key; a smoothed training curve over its faint raw one."""
+    """One color per run, one line style per metric key; a smoothed training curve over its faint raw one,
+    with a dot where a value stands alone; eval curves have a marker at every eval."""
     title, keys, source = panel
     logged = [key for key in keys if any(key in run.series(source) for run in runs)]
     for index, run in enumerate(runs):
@@ -126,8 +136,8 @@ def _draw_panel(ax, panel: Panel, runs: Sequence[Run], smooth: int) -> None:
             if smooth > 1 and source == "train":
                 ax.plot(steps, values, color=color, linestyle=style, alpha=0.25, linewidth=0.8)
                 values = moving_average(values, smooth)
-            ax.plot(steps, values, color=color, linestyle=style, marker="o" if source == "eval" else None,
-                    markersize=3, label=label)
+            markers = {"marker": "o"} if source == "eval" else {"marker": ".", "markevery": isolated(values)}
+            ax.plot(steps, values, color=color, linestyle=style, markersize=3, label=label, **markers)
             if key + SE_SUFFIX in series:
                 _se_steps, se = series[key + SE_SUFFIX]
                 ax.fill_between(steps, values - se, values + se, color=color, alpha=0.15, linewidth=0)
@@ -196,13 +206,15 @@ def dashboard(run_dirs: Sequence[str | Path], out: str | Path | None = None, smo
         known = ", ".join(k for _title, keys in TRAIN_PANELS for k in keys)
         raise UserError(f"nothing to plot in {', '.join(map(str, run_dirs))}: none of {known} was logged, "
                         f"and there is no {EVAL_FILE}")
+    out_path = output_file(Path(out) if out is not None else Path(run_dirs[0]) / "dashboard.png", "--out")
+    out_path = out_path if out_path.suffix else out_path.with_suffix(".png")  # the name matplotlib writes
     figure = figure_of(runs, smooth)
-    out_path = Path(out) if out is not None else Path(run_dirs[0]) / "dashboard.png"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     try:
         figure.savefig(out_path, dpi=100)
     except ValueError as exc:  # an output suffix matplotlib cannot write
         raise UserError(f"cannot write the dashboard to {out_path}: {exc}; use a .png path") from None
+    except OSError as exc:
+        raise UserError(f"--out {out_path}: cannot write it ({exc.strerror or exc}): give another path") from None
     return out_path
 
 

@@ -393,12 +393,15 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     if cfg.export:
         check_export(cfg)
     out = Path(cfg.out)
+    if resume:
+        found = training.resume_checkpoint(out, cfg.steps)
+    else:
+        training.check_new_out(out)
     train_set = load_source(cfg.data, "train", limit=cfg.data_limit)
     eval_set = load_source(cfg.data, "eval")
 
     state: dict[str, Any] | None = None
     if resume:
-        found = training.resume_checkpoint(out)
         checkpoint.clear_debris(out)
         state = checkpoint.load_state(found)
         model, tokenizer = load_model(found)
@@ -423,7 +426,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
     optimizer = training.make_optimizer(model, cfg)
     step, elapsed_before, trained_tokens = 0, 0.0, 0
     if state is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        training.load_optimizer(optimizer, state["optimizer"], cfg)
         stream.load_state_dict(state["stream"])
         packer.load_state_dict(state["packer"])
         checkpoint.restore_rng_state(state["rng"])
@@ -466,7 +469,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
                         higher_is_better=not lower_is_better(cfg.best_metric))
 
     logger = RunLogger(out, {"sft": dataclasses.asdict(cfg)}, tensorboard=cfg.tensorboard,
-                       resume_step=step if resume else None)
+                       resume_step=step if resume else None, start_over=not resume)
     progress = Progress(cfg.steps, start=step, description="sft",
                         fields={"loss": "loss", "eval/loss": "eval loss", "eval/A/exact": "A exact",
                                 "eval/P/best_move_legal": "P legal"})

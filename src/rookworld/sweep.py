@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -39,6 +40,7 @@ from rookworld.rewards import RewardConfig
 
 CONFIG_CLASSES = (train.TrainConfig, grpo.GRPOConfig, RewardConfig)
 NOT_SEARCHABLE = {"out": "each trial writes to DIR/trial-NNNN"}
+TRIAL_DIR = re.compile(r"trial-(\d+)")  # DIR/trial-NNNN, NNNN the trial's number in its study
 HARDWARE = frozenset(TRAIN["hardware"])  # may differ between the machines of one study
 RANGE_KEYS = {"low", "high", "log", "step"}
 TRIAL_LOG = "train.log"  # the trial's stdout and stderr, in its run directory
@@ -47,6 +49,8 @@ PLOT_FILE = "sweep.png"
 DB_FILE = "study.db"
 POLL_SECONDS = 0.5
 ERROR_MARK = "rookworld train: error: "  # how the CLI reports a UserError (cli.py)
+NEW_STUDY = "start a new study in another --out DIR (with a shared --storage, also under a new --study NAME)"
+ABSENT = object()  # a key one of two compared configs does not have
 # train.TrainingStopped says "N rollbacks (REASON); ...", REASON from train.runaway_reason
 GUARDS = {"above kl_max": "guard: kl runaway", "reward collapse": "guard: reward drop"}
 
@@ -269,7 +273,9 @@ class Sweep:
         run_dir.mkdir(parents=True, exist_ok=True)
         command = self.command(params, run_dir)
         log_path = run_dir / TRIAL_LOG
-        with open(log_path, "w", encoding="utf-8") as log:
+        if log_path.exists():  # never over the log of another study's trial ("x": not even in a race)
+            raise TrialFailed(f"{log_path} exists: {run_dir} is another study's trial; {NEW_STUDY}")
+        with open(log_path, "x", encoding="utf-8") as log:
             log.write(shlex.join(command) + "\n")
             log.flush()
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -377,20 +383,53 @@ def open_study(args: argparse.Namespace, space: dict[str, Dimension], out: Path)
                                           n_warmup_steps=args.pruner_warmup_steps)
               if args.pruner == "median" else optuna.pruners.NopPruner())
     study = optuna.create_study(storage=open_storage(args.storage, out), study_name=args.study,
-                                direction=args.direction, load_if_exists=True, pruner=pruner,
-                                sampler=optuna.samplers.TPESampler(seed=args.sampler_seed))
+                                direction=args.direction, load_if_exists=True, pruner=pruner)
+    # The seed goes on with the study's trials: the same command run again draws new points (TPE's first 10
+    # are random), while a new study with the same seed draws the same ones.
+    seed = None if args.sampler_seed is None else args.sampler_seed + len(study.trials)
+    with warnings.catch_warnings():  # constant_liar is marked experimental; it is what parallel machines need
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True)
     if study.direction.name.lower() != args.direction:
         raise UserError(f"study {args.study!r} was started with --direction {study.direction.name.lower()}; "
-                        f"use that, or a new --study NAME")
+                        f"use that, or {NEW_STUDY}")
     mine, saved = identity(args, space), study.user_attrs.get("sweep")
     if saved is None:
         study.set_user_attr("sweep", mine)
     elif saved != mine:
-        differ = [k for k in mine if mine[k] != saved.get(k)]
-        raise UserError(f"study {args.study!r} was started with another {' and '.join(differ)} (saved in the study: "
-                        f"{json.dumps({k: saved.get(k) for k in differ})}); run the same command, or give a new "
-                        f"--study NAME")
+        differ = [k for k in dict.fromkeys([*mine, *saved]) if mine.get(k) != saved.get(k)]
+        raise UserError(f"study {args.study!r} was started with another {' and '.join(differ)} "
+                        f"({'; '.join(differences(saved, mine))}); run the same command, or {NEW_STUDY}")
     return study
+
+
+def differences(saved: Any, given: Any, where: str = "") -> list[str]:
+    """`PATH: saved A, given B` for each leaf of two JSON values that differs (PATH: the keys, dotted)."""
+    if isinstance(saved, dict) and isinstance(given, dict):
+        return [line for key in dict.fromkeys([*saved, *given])
+                for line in differences(saved.get(key, ABSENT), given.get(key, ABSENT),
+                                        f"{where}.{key}" if where else key)]
+    shown = ["nothing" if value is ABSENT else json.dumps(value) for value in (saved, given)]
+    return [] if saved == given else [f"{where}: saved {shown[0]}, given {shown[1]}"]
+
+
+def check_owner(study, out: Path) -> None:
+    """Refuse a DIR that holds another study's sweep, whose files this study's would replace (trial numbers
+    start at 0 in every study): a summary.json of another study, or of more trials than this study has, or a
+    trial directory numbered past its trials (Optuna numbers a trial before its directory is made)."""
+    count = len(study.trials)
+    path = out / SUMMARY_FILE
+    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    strays = sorted(entry.name for entry in out.iterdir()
+                    if (number := TRIAL_DIR.fullmatch(entry.name)) and int(number.group(1)) >= count)
+    if found is not None and (found["study"] != study.study_name or found["trials"] > count):
+        what = f"{path} of study {found['study']!r} with {found['trials']} trials"
+    elif strays:
+        what = ", ".join(strays[:3]) + (", ..." if len(strays) > 3 else "")
+    else:
+        return
+    raise UserError(f"--out {out} holds the sweep of another study ({what}; study {study.study_name!r} in this "
+                    f"storage has {count} trials): {NEW_STUDY}")
 
 
 def summary(study, metric: str) -> dict[str, Any]:
@@ -480,7 +519,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--storage", metavar="URL", help="Optuna storage: an RDB URL (sqlite:///FILE.db, "
                        "postgresql://...) or a journal file (a path ending in .journal or .log) (default: "
                        f"sqlite in DIR/{DB_FILE})")
-    group.add_argument("--study", default="sweep", metavar="NAME", help="study name in the storage (default: sweep)")
+    group.add_argument("--study", default="sweep", metavar="NAME",
+                       help="study name in the storage (default: sweep); each study has its own --out DIR")
     group.add_argument("--jobs", type=int, default=1, metavar="K", help="trials at once on this machine; they "
                        "split its cores (--threads, --processes) or its GPUs, round-robin (default: 1)")
     group.add_argument("--metric", default="eval/reward/mean", help="eval metric a trial reports; its value is "
@@ -494,8 +534,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="no pruning before N trials are complete (default: 5)")
     group.add_argument("--pruner-warmup-steps", type=int, default=0, metavar="N",
                        help="no pruning at evals before training step N (default: 0)")
-    group.add_argument("--sampler-seed", type=int, default=None, metavar="S", help="seed of the TPE sampler "
-                       "(default: none; give each machine of one study a different seed or none)")
+    group.add_argument("--sampler-seed", type=int, default=None, metavar="S", help="seed of the TPE sampler, "
+                       "plus the study's trial count, so that a resumed study draws new points (default: none; give "
+                       "each machine of one study a different seed or none)")
     train.add_arguments(parser)
     parser.usage = "%(prog)s --space SPACE.toml --trials N --out DIR [sweep flags] [train flags]"
 
@@ -526,8 +567,9 @@ def _resources(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
     from rookworld.runtime import default_cpu_threads
 
-    threads = args.threads or max(1, default_cpu_threads() // args.jobs)
-    hardware = {name: threads for name in ("threads", "processes") if getattr(args, name) is None}
+    base = trial_configs(args, {})["train"]  # the flags and --config
+    threads = base["threads"] or max(1, default_cpu_threads() // args.jobs)
+    hardware = {name: threads for name in ("threads", "processes") if base[name] is None}
     gpus: list[str] = []
     if args.device in (None, "cuda") and torch.cuda.is_available():
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -551,6 +593,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(args, space, out)
+    check_owner(study, out)
     hardware, gpus = _resources(args)
     sweep = Sweep(args, space, out, base_flags(args), hardware, gpus)
     before = len(study.trials)

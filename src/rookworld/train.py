@@ -15,6 +15,7 @@ import argparse
 import copy
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,7 +35,7 @@ from rookworld.lora import LoRA
 from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, weights_at
 from rookworld.rollout import Group, GroupSummary, collect, completion_limits
-from rookworld.runtime import Dist, all_sum, fast_path, init_distributed
+from rookworld.runtime import Dist, all_gather_objects, all_sum, fast_path, init_distributed
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
@@ -43,15 +44,16 @@ ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sa
 ANCHOR_MODES = ("loss", "project", "kl")
 ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
 CONSOLIDATE_SEED_OFFSET = 2_000_003  # the consolidation's rows: neither the batch's nor the anchor's
-# grpo.loss stats: loss terms add up over micro-batches; the others are token means
+# grpo.loss stats: loss terms add up over micro-batches; the others are token means (ratio/max: a max, apart)
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
 TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
 
 
 @dataclass
 class TrainConfig:
-    # a resumed run continues its checkpoint's policy; --model is also its KL reference, which must not change
-    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("model",)
+    # a resumed run continues its checkpoint's policy; --model is also its KL reference, which must not change, and
+    # the LoRA adapters' rank and scale made the weights it saved
+    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("model", "lora_rank", "lora_alpha")
     model: str | None = field(default=None, metadata={"help": "policy checkpoint: a directory or hub id "
                                                       "(default: the embedded model)"})
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
@@ -110,7 +112,8 @@ class TrainConfig:
         "help": "sample (and evaluate) A completions speculatively with the label as the draft: the same "
                 "distribution, and the rows that reproduce the label whole are never decoded (false: decode all)"})
     kl_max: float = field(default=1.0, metadata={"help": "roll back to the last good state when the step's "
-                                                 "mean KL exceeds this (0: off)"})
+                                                 "mean KL exceeds this (0: off; inactive while beta is 0, "
+                                                 "when no KL is measured)"})
     reward_drop: float = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward falls this "
                                                       "far below its best (0: off)"})
     lr_backoff: float = field(default=0.5, metadata={"help": "learning-rate factor applied at each rollback"})
@@ -565,6 +568,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
 
     totals = dict.fromkeys(SUMMED_STATS + TOKEN_MEAN_STATS, 0.0)  # token means as token-weighted sums
     tokens_seen = 0.0
+    ratio_max = 0.0  # over the micro-batches and iterations
     grad_norm = 0.0
     anchor_term = anchor_cos = anchor_projected = 0.0
     project = anchor is not None and cfg.anchor_mode == "project"
@@ -599,6 +603,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                 totals[key] += stats[key] * scale
             for key in TOKEN_MEAN_STATS:
                 totals[key] += stats.get(key, 0.0) * tokens
+            ratio_max = max(ratio_max, stats["ratio/max"])
         grads = _summed_grads(policy, d)
         if project:
             cos = grpo.project_conflict(grads, anchor_grads)
@@ -621,6 +626,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     result = {k: v / cfg.num_iterations for k, v in zip(keys, summed)}
     for key in TOKEN_MEAN_STATS:
         result[key] /= max(tokens_seen / cfg.num_iterations, 1.0)
+    result["ratio/max"] = max(all_gather_objects(ratio_max, d))
     if not needs_ref:
         del result["kl/mean"]
     terms = [abs(result.get(k, 0.0)) for k in ("pg_loss", "kl_loss", "entropy_loss")]
@@ -648,6 +654,7 @@ class RunState:
     rollbacks: int = 0
     skipped_steps: int = 0
     reward_history: list[float] = field(default_factory=list)
+    consolidated: bool = False  # the weights have had --consolidate-steps: no GRPO policy to continue
 
 
 def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, parts: dict[str, Any]) -> dict[str, Any]:
@@ -665,6 +672,67 @@ def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaControll
     for name, part in parts.items():
         if part is not None:
             part.load_state_dict(copy.deepcopy(snap[name]))  # a snapshot may be restored more than once
+
+
+def check_resumable(saved: dict[str, Any], resume_dir: Path, cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> None:
+    """Refuse, before any work, a checkpoint that this config cannot continue as one uninterrupted run of it
+    would go: one saved with other parts (LoRA adapters, an ema baseline, an anchor sampler, a weight average),
+    one whose weights are consolidated, or one whose weight average a run of cfg.steps
+    would have begun at another step."""
+    own = "; resume with that run's own config.json"
+    if (cfg.lora_rank == 0) != (saved.get("lora") is None):
+        saved_with, wanted = ("without", "with") if cfg.lora_rank else ("with", "without")
+        raise UserError(f"{resume_dir} was saved by a run {saved_with} LoRA adapters (--lora-rank) and cannot "
+                        f"continue {wanted} them{own}")
+    if gcfg.uses("ema") and saved.get("baseline") is None:
+        raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without --baseline ema{own}")
+    if cfg.anchor_rows and saved.get("anchor") is None:
+        raise UserError(f"{resume_dir} holds no anchor sampler state: it was saved by a run without --anchor-rows{own}")
+    if (cfg.average_last == 0) != (saved.get("average") is None):
+        saved_with, wanted = ("without", "with") if cfg.average_last else ("with", "without")
+        raise UserError(f"{resume_dir} was saved by a run {saved_with} --average-last and cannot continue {wanted} "
+                        f"it{own}")
+    if saved["run"].get("consolidated"):
+        raise UserError(f"--steps {cfg.steps}: {resume_dir} holds the weights its --consolidate-steps changed after "
+                        f"the last GRPO step, not a policy to continue; start a new run with --model {resume_dir}")
+    if cfg.average_last:
+        from rookworld.hub import read_metadata
+
+        was = read_metadata(resume_dir).get("train", {})  # the config that saved the checkpoint
+        before = replace(cfg, steps=was.get("steps", cfg.steps), average_last=was.get("average_last", cfg.average_last))
+        starts = average_start(before), average_start(cfg)
+        if starts[0] != starts[1] and saved["step"] >= min(starts):
+            raise UserError(f"--steps {cfg.steps} --average-last {cfg.average_last}: the weight average would begin "
+                            f"at step {starts[1]}, where that of {resume_dir} begins at step {starts[0]} (--steps "
+                            f"{before.steps} --average-last {before.average_last}) and it is at step {saved['step']}; "
+                            f"resume with those, or start a new run with --model {resume_dir}")
+
+
+def load_run(saved: dict[str, Any], policy, optimizer, cfg: TrainConfig, parts: dict[str, Any]) -> RunState:
+    """A checkpoint's saved state (checked by check_resumable) put into a run's pieces: `parts` by their names in
+    the checkpoint (None: this config has none; LoRA first, the adapters and the frozen weights they add to), the
+    optimizer's moments with this config's AdamW settings, and the policy's own weights where the model files hold
+    a weight average; returns the run's counters."""
+    for name, part in parts.items():
+        if part is not None:
+            part.load_state_dict(saved[name])
+    training.load_optimizer(optimizer, saved["optimizer"], cfg)
+    if saved.get("policy") is not None:
+        policy.load_state_dict(saved["policy"])
+    return RunState(**saved["run"])
+
+
+def inactive_kl_guard(cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> str | None:
+    """The note that --kl-max guards nothing for a while, or at all: the KL is measured only while beta > 0 (at
+    beta 0 the reference pass is skipped, or the reference is not even loaded)."""
+    if not cfg.kl_max:
+        return None
+    if gcfg.beta <= 0:
+        return f"--kl-max {cfg.kl_max} is inactive: with --beta 0 no KL is measured"
+    if gcfg.beta_schedule == "warmup" and gcfg.beta_warmup_steps:
+        return (f"--kl-max {cfg.kl_max} is inactive for the first {gcfg.beta_warmup_steps} steps: beta is 0 "
+                f"during --beta-schedule warmup's --beta-warmup-steps, and no KL is measured while it is")
+    return None
 
 
 def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState) -> str | None:
@@ -746,11 +814,17 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         device = rank_cuda_device(int(os.environ.get("LOCAL_RANK", d.rank)), torch.cuda.device_count())
     torch.manual_seed(cfg.seed)
     rcfg = rcfg or RewardConfig()
-    out = Path(cfg.out)
-    resume_dir = None
-    if resume is not None:
-        resume_dir = training.resume_checkpoint(resume)
+    out, resume_dir, saved = Path(cfg.out), None, None
+    if resume is None:
+        training.check_new_out(out)
+    else:
         out = Path(resume)
+        resume_dir = training.resume_checkpoint(resume, cfg.steps)
+        saved = checkpoint.load_state(resume_dir)
+        check_resumable(saved, resume_dir, cfg, gcfg)
+    note = inactive_kl_guard(cfg, gcfg)
+    if note and d.main:
+        print(note, file=sys.stderr)
     model_source = str(resume_dir or cfg.model or resolve_default_model())
     policy, tokenizer = load_model(model_source, device=device)
     policy.train()
@@ -768,37 +842,11 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     average = weight_average(policy, cfg)
     parts = {"baseline": ema, "lora": lora, "average": average}
     state = RunState()
-    if resume_dir is not None:
-        saved = checkpoint.load_state(resume_dir)
+    if saved is not None:
         if d.main:
             checkpoint.clear_debris(out)
-        if (lora is None) != (saved.get("lora") is None):
-            saved_with, wanted = ("without", "with") if lora is not None else ("with", "without")
-            raise UserError(f"{resume_dir} was saved by a run {saved_with} LoRA adapters (--lora-rank) and cannot "
-                            f"continue {wanted} them; resume with that run's own config.json")
-        if lora is not None:
-            lora.load_state_dict(saved["lora"])  # the adapters and the frozen weights they add to
-        optimizer.load_state_dict(saved["optimizer"])
-        sampler.load_state_dict(saved["sampler"])
-        beta_ctl.load_state_dict(saved["beta"])
-        if ema is not None:
-            if saved.get("baseline") is None:
-                raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without "
-                                f"--baseline ema; resume with that run's own config.json")
-            ema.load_state_dict(saved["baseline"])
-        if anchor_sampler is not None:
-            if saved.get("anchor") is None:
-                raise UserError(f"{resume_dir} holds no anchor sampler state: it was saved by a run without "
-                                f"--anchor-rows; resume with that run's own config.json")
-            anchor_sampler.load_state_dict(saved["anchor"])
-        if (average is None) != (saved.get("average") is None):
-            raise UserError(f"{resume_dir} was saved by a run {'without' if average is not None else 'with'} "
-                            f"--average-last and cannot continue {'with' if average is not None else 'without'} "
-                            f"it; resume with that run's own config.json")
-        if average is not None:
-            average.load_state_dict(saved["average"])
-            policy.load_state_dict(saved["policy"])  # the model files hold the mean, this the policy's own
-        state = RunState(**saved["run"])
+        state = load_run(saved, policy, optimizer, cfg, {"lora": lora, "sampler": sampler, "beta": beta_ctl,
+                                                         "baseline": ema, "anchor": anchor_sampler, "average": average})
     set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
@@ -847,7 +895,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
                        wandb_project=cfg.wandb_project, rank=d.rank,
-                       resume_step=state.step if resume_dir is not None else None)
+                       resume_step=state.step if resume_dir is not None else None, start_over=resume_dir is None)
     progress = Progress(cfg.steps, start=state.step, rank=d.rank)
     with StockfishPool(processes=cfg.processes) as pool, logger, progress:
         if state.step == 0 and eval_samples:
@@ -910,6 +958,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 t2 = time.perf_counter()
                 metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
                 metrics["time/consolidate"] = time.perf_counter() - t2
+                state.consolidated = True
             logger.log(state.step, metrics)
             logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
                                              "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])

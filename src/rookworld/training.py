@@ -70,14 +70,29 @@ def check_shared(cfg: Any) -> None:
             raise ValueError(reason)
 
 
+def _group_settings(cfg: Any) -> list[dict[str, Any]]:
+    """The hyperparameters of make_optimizer's two groups: the 2-D weights' (decayed), then the others'."""
+    betas = (cfg.beta1, cfg.beta2)
+    return [{"weight_decay": cfg.weight_decay, "betas": betas}, {"weight_decay": 0.0, "betas": betas}]
+
+
 def make_optimizer(model: torch.nn.Module, cfg: Any) -> torch.optim.AdamW:
     """AdamW with weight decay on 2-D weights only (decaying biases and norms only hurts)."""
     import torch
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+    return torch.optim.AdamW([{"params": params, **settings} for params, settings in
+                              zip((decay, no_decay), _group_settings(cfg))], lr=cfg.lr)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict[str, Any], cfg: Any) -> None:
+    """A resumed run's AdamW: the saved moments with this config's betas and weight decay (torch's
+    load_state_dict brings back the saved groups' own, which the flags given with --resume override; the
+    learning rate is set before every step)."""
+    optimizer.load_state_dict(state)
+    for group, settings in zip(optimizer.param_groups, _group_settings(cfg), strict=True):
+        group.update(settings)
 
 
 def lr_factor(cfg: Any, step: int) -> float:
@@ -164,10 +179,14 @@ def _check_kept(run: str, saved: Any, cfg: Any) -> None:
     (the config's KEPT_ON_RESUME fields) cannot take effect, so it is an error rather than ignored."""
     for name in getattr(cfg, "KEPT_ON_RESUME", ()):
         if getattr(cfg, name) != getattr(saved, name):
-            flag = "--" + name.replace("_", "-")
-            raise UserError(f"{flag} {getattr(cfg, name)}: --resume {run} continues the model it saved (its "
-                            f"{flag}: {getattr(saved, name)}); leave out {flag}, or start a new run from "
-                            f"{run}/checkpoint-last")
+            raise kept_error(run, name, getattr(cfg, name), getattr(saved, name))
+
+
+def kept_error(run: str | Path, name: str, given: Any, saved: Any) -> UserError:
+    """The refusal of a field that --resume `run` keeps as it saved it (`saved`), given here as `given`."""
+    flag = "--" + name.replace("_", "-")
+    return UserError(f"{flag} {given}: --resume {run} continues the model it saved (its {flag}: {saved}); leave "
+                     f"out {flag}, or start a new run from {run}/checkpoint-last")
 
 
 def _warn_stretched_schedule(saved: dict[str, Any], cfg: Any) -> None:
@@ -178,12 +197,34 @@ def _warn_stretched_schedule(saved: dict[str, Any], cfg: Any) -> None:
               f"next step on", file=sys.stderr)
 
 
-def resume_checkpoint(out: str | Path) -> Path:
-    """The checkpoint a resumed run continues from; UserError when the directory holds none."""
+def resume_checkpoint(out: str | Path, steps: int | None = None) -> Path:
+    """The checkpoint a resumed run continues from; UserError when the directory holds none, or when it is
+    already at the run's `steps`: the loop would not run, and the run's config would say steps it never took."""
     from rookworld import checkpoint
 
     found = checkpoint.latest(out)
     if found is None:
-        raise UserError(f"--resume {out}: no complete checkpoint there (expected {out}/{checkpoint.LAST}); "
-                        f"start a new run with --out {out}")
+        raise UserError(f"--resume {out}: no complete checkpoint there (expected {out}/{checkpoint.LAST}), so "
+                        f"no step to keep; start the run over with --out {out} (its flags: {out}/{CONFIG_FILE})")
+    done = checkpoint.read_info(found)["step"]
+    if steps is not None and steps <= done:
+        raise UserError(f"--steps {steps}: {out} is already at step {done}; give --steps > {done} to train on")
     return found
+
+
+def check_new_out(out: str | Path) -> None:
+    """A new run's --out, checked before any work: a directory or a path to make one at, and no run that can be
+    resumed. A directory whose run left logs but no checkpoint is started over (RunLogger start_over): none of
+    its steps can be kept."""
+    from rookworld import checkpoint
+
+    out = Path(out)
+    for path in (out, *out.parents):  # the first that exists must be a directory
+        if path.exists():
+            if not path.is_dir():
+                raise UserError(f"--out {out}: {path} is a file, not a directory; choose another output directory")
+            break
+    found = checkpoint.latest(out)
+    if found is not None:
+        raise UserError(f"--out {out}: holds a run that can be resumed ({found}); continue it with --resume {out}, "
+                        f"or choose another output directory")
