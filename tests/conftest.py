@@ -1,5 +1,6 @@
 """Shared test fixtures: the real RookWorld data files in tests/fixtures (origins in its README)."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,13 +10,16 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `stockfish` need the engine binary: without one (a pip-only install) they are skipped
-    with the reason; `make test` installs it."""
+    with the reason; `make test` installs it. In CI, or with $ROOKWORLD_STOCKFISH set, a missing engine is an
+    error instead: there a skip would hide that a third of the engine's tests never ran."""
     from rookworld.errors import UserError
     from rookworld.stockfish import find_stockfish
 
     try:
         find_stockfish()
     except UserError as error:
+        if os.environ.get("CI") == "true" or os.environ.get("ROOKWORLD_STOCKFISH"):
+            raise pytest.UsageError(f"Stockfish is needed here: {error}") from None
         skip = pytest.mark.skip(reason=str(error))
         for item in items:
             if "stockfish" in item.keywords:

@@ -50,3 +50,15 @@ def test_train_refuses_a_toml_string_for_a_boolean(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "config field tensorboard = 'false': expected bool" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("toml", "message"), [
+    ("beta = 0.01\n", "beta is a field of the [grpo] table; put it under [grpo]"),
+    ("p_best_move_weight = 0.5\n", "p_best_move_weight is a field of the [reward] table; put it under [reward]"),
+    ("grpo = 5\n", "grpo = 5 must be a [grpo] table of its fields"),
+])
+def test_train_names_the_table_a_key_belongs_in(tmp_path, capsys, toml, message):
+    config = tmp_path / "run.toml"
+    config.write_text(toml)
+    assert cli.main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err

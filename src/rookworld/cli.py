@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import sys
 
+from rookworld import __version__
 from rookworld.errors import UserError
 
 # command -> (module, one-line help)
@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rookworld", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version",
-                        version=f"%(prog)s {importlib.metadata.version('rookworld')}")
+                        version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_module, help_text) in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)

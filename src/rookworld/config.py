@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
-
-import tomllib
 
 from rookworld.errors import UserError
 

@@ -8,6 +8,7 @@ The two loops stay in sft.py and train.py; everything here is defined once so th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -166,12 +167,26 @@ def run_configs(args: argparse.Namespace, classes: dict[str, type]) -> dict[str,
         values = load_toml(args.config) if args.config else {}
         tables = {name: values.pop(name, {}) for name in list(classes)[1:]}
         tables = {first: values, **tables}
+        _check_tables(args.config, tables, classes)
     configs = {name: build_config(cls, args, tables[name]) for name, cls in classes.items()}
     if args.resume:
         for name, cls in classes.items():
             _check_kept(args.resume, build_config(cls, None, tables[name]), configs[name])
         _warn_stretched_schedule(tables[first], configs[first])
     return configs
+
+
+def _check_tables(path: str, tables: dict[str, Any], classes: dict[str, type]) -> None:
+    """Each TOML table a mapping, and a key at the top level that belongs to a later table named with it."""
+    for name, table in tables.items():
+        if not isinstance(table, dict):
+            raise UserError(f"config file {path}: {name} = {table!r} must be a [{name}] table of its fields")
+    fields = {name: {f.name for f in dataclasses.fields(cls)} for name, cls in classes.items()}
+    first = next(iter(classes))
+    for key in tables[first]:
+        home = next((name for name, names in fields.items() if key in names and name != first), None)
+        if key not in fields[first] and home is not None:
+            raise UserError(f"config file {path}: {key} is a field of the [{home}] table; put it under [{home}]")
 
 
 def _check_kept(run: str, saved: Any, cfg: Any) -> None:

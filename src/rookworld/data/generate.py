@@ -25,7 +25,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import chain, count, islice
 from pathlib import Path
 from typing import Any
@@ -327,7 +327,7 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
     counts = tally(load_files(Path(config.out), "all").samples, EVAL_FRACTION)
     return {
         "format": FORMAT, "command": config.command(), "seed": config.seed, "created": started,
-        "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "counts": counts, "eval_fraction": EVAL_FRACTION, "side": config.side,
         "games": sum(s["games"] for s in shards.values()), "plies": sum(s["plies"] for s in shards.values()),
         "positions_from": "pgn" if config.pgn else "stockfish self-play",
@@ -360,7 +360,7 @@ def generate(config: GenerateConfig) -> dict[str, Any]:
     done: dict[str, Any] = progress_state["shards"]
     pgn_games = _pgn_games(config.pgn, sum(s["games"] for s in done.values())) if config.pgn else None
     out.mkdir(parents=True, exist_ok=True)
-    started = progress_state.setdefault("started", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    started = progress_state.setdefault("started", datetime.now(UTC).isoformat(timespec="seconds"))
     seen_positions, seen_prompts = _seen(out, done)
     total = config.p_positions + config.a_samples
     with StockfishPool(processes=config.processes, binary=config.stockfish) as pool, progress_bar() as bar:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
     state = load_progress(out, fingerprint)
     out.mkdir(parents=True, exist_ok=True)
     done: dict[str, Any] = state["shards"]
-    started = state.setdefault("started", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    started = state.setdefault("started", datetime.now(UTC).isoformat(timespec="seconds"))
     total = source_manifest["counts"]["task"].get("P", 0)
     with StockfishPool(processes=config.processes, binary=config.stockfish, cache_path=config.cache) as pool, \
             progress_bar() as bar:
@@ -140,7 +140,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
                 "relabel": {"source": str(data), "source_command": source_manifest.get("command"),
                             "source_label_limit": old_stockfish.get("label_limit"),
                             "source_engine": old_stockfish.get("engine"), "started": started,
-                            "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
                             "seconds": round(sum(s["seconds"] for s in done.values()), 1),
                             "config": asdict(config)}}
     store.write_json(out / MANIFEST, manifest)
