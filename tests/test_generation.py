@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rookworld.generation import SamplingSettings, fast_decode_step, generate_groups
+from rookworld.generation import MIN_TEMPERATURE, SamplingSettings, fast_decode_step, generate_groups
 from rookworld.model import GPT, token_logprobs
 
 PROMPTS = [[5, 9, 2, 41, 7, 7, 30], [11, 3], [8, 8, 1, 60]]
@@ -226,10 +226,39 @@ def test_a_finished_long_prompt_does_not_run_past_the_context(tiny_gpt):
     assert out.completions()[0] == greedy_by_recompute(model, long_prompt, 2)
 
 
+def test_the_smallest_temperature_samples_the_greedy_completion(tiny_gpt):
+    model = tiny_gpt()
+    greedy = generate_groups(model, PROMPTS, 1, SamplingSettings(max_new_tokens=8), eos_id=None, greedy=True)
+    for top_p in (1.0, 0.5):
+        settings = SamplingSettings(temperature=MIN_TEMPERATURE, top_p=top_p, max_new_tokens=8)
+        out = generate_groups(model, PROMPTS, 3, settings, eos_id=None, generator=seeded(0))
+        assert out.completions() == [c for c in greedy.completions() for _ in range(3)]
+        assert out.logprobs.isfinite().all()
+
+
+def test_drafted_rows_of_a_prompt_near_the_context_sample_beside_longer_drafts(tiny_gpt):
+    """The long prompt's rows are padded to the other prompt's longer draft, past the position table; their own
+    tokens fit, so they sample (greedy: as without drafts) with the model's log-probs."""
+    model = tiny_gpt()  # 48 positions: 44 + 4 and 2 + 20 fit, 44 + 20 does not
+    prompts = [[5] * 44, [11, 3]]
+    settings = [SamplingSettings(temperature=0.8, max_new_tokens=n) for n in (4, 20)]
+    drafts = [[1, 2, 3, 4], [7] * 20]
+    plain = generate_groups(model, prompts, 1, settings, eos_id=None, greedy=True)
+    drafted = generate_groups(model, prompts, 1, settings, eos_id=None, greedy=True, drafts=drafts)
+    assert drafted.completions() == plain.completions()
+    out = generate_groups(model, prompts, 3, settings, eos_id=None, generator=seeded(0), drafts=drafts)
+    assert out.completion_mask.sum(1).tolist() == [4] * 3 + [20] * 3
+    recomputed = token_logprobs(model, out.sequences, out.completion_mask, out.attention_mask,
+                                temperature=torch.full((6,), 0.8)).logp
+    assert (out.logprobs - recomputed).abs().max() <= 1e-5
+
+
 def test_bad_arguments_are_rejected(tiny_gpt):
     model = tiny_gpt()
     with pytest.raises(ValueError, match="temperature"):
         SamplingSettings(temperature=0.0)
+    with pytest.raises(ValueError, match=r"temperature must be finite and > 0 \(at least 1e-06;.*got 1e-39"):
+        SamplingSettings(temperature=1e-39)  # logits / temperature would overflow float32: junk tokens, NaN log-probs
     with pytest.raises(ValueError, match="top_p"):
         SamplingSettings(top_p=0.0)
     with pytest.raises(ValueError, match="Generator"):
@@ -322,6 +351,7 @@ def test_sample_command_reports_bad_input(saved_checkpoint, capsys, monkeypatch,
     (["--max-new-tokens", "-3"], "--max-new-tokens -3: must be >= 1"),
     (["--device", "foo"], "--device foo: not a torch device"),
     (["--device", "cuda:99"], "--device cuda:99: "),  # no CUDA here, or not that many devices
+    (["--temperature", "1e-40"], "temperature must be finite and > 0 (at least 1e-06"),
 ])
 def test_sample_command_names_the_bad_flag_in_one_line(saved_checkpoint, capsys, flags, message):
     code, _, err = run_cli(capsys, "--model", str(saved_checkpoint), "--prompt", CLI_PROMPTS[0], *flags)

@@ -228,6 +228,21 @@ def test_shared_prompts_score_and_train_as_the_whole_sequences(tiny_gpt):
         assert torch.allclose(got, want, atol=1e-5)
 
 
+def test_a_continuation_padded_past_the_context_scores_its_tokens_as_alone(tiny_gpt):
+    """A long prompt's short continuation, right-padded to another row's long one: its padding runs past the
+    position table (the update's batches), its own tokens, inside the context, score as the row alone."""
+    model = tiny_gpt()  # 48 positions: 44 + 3 and 2 + 20 fit, 44 + 20 does not
+    prompts, continuations = [[5] * 44, [11, 3]], [[7, 2, 9], list(range(1, 21))]
+
+    def scored(rows: list[int]) -> torch.Tensor:
+        shared = SharedPrompts(left_pad([prompts[r] for r in rows], 0, left=False)[0],
+                               torch.tensor([len(prompts[r]) for r in rows]), torch.arange(len(rows)))
+        ids, mask = left_pad([continuations[r] for r in rows], 0, left=False)
+        return token_logprobs(model, ids, mask, prompts=shared).logp[mask]  # row by row
+
+    assert torch.allclose(scored([0, 1]), torch.cat([scored([0]), scored([1])]), atol=1e-5)
+
+
 def test_attention_keeps_cudnn_for_decode_steps_only(tiny_gpt, monkeypatch):
     """cuDNN attention plans each new shape anew (a GRPO step was 3x slower with it on an H200): the
     whole-sequence, shared-prompt and prefill passes run with it disabled, decode steps as configured."""

@@ -26,6 +26,9 @@ from rookworld.model import GPT, KVCache, PromptPrefix, SharedPrompts
 
 CACHE_SLOT_MULTIPLE = 16
 CACHE_GROWTH = 32  # slots a growing decode cache adds when full
+# Below it, logits / temperature can overflow float32 (inf, then NaN probabilities and junk tokens); at it,
+# sampling is already the argmax but for logits within ~1e-5 of each other.
+MIN_TEMPERATURE = 1e-6
 
 DecodeStep = Callable[[torch.Tensor, torch.Tensor, KVCache, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -38,9 +41,9 @@ class SamplingSettings:
     max_new_tokens: int = 128
 
     def __post_init__(self) -> None:
-        if not 0 < self.temperature < math.inf:
-            raise ValueError(f"temperature must be finite and > 0 (use greedy decoding for argmax), "
-                             f"got {self.temperature}")
+        if not MIN_TEMPERATURE <= self.temperature < math.inf:
+            raise ValueError(f"temperature must be finite and > 0 (at least {MIN_TEMPERATURE:g}; use greedy decoding "
+                             f"for argmax), got {self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}")
         if not 0 < self.top_p <= 1:

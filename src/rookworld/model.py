@@ -337,7 +337,10 @@ class GPT(nn.Module):
         rows, lengths = prompts.rows, prompts.lengths[prompts.rows]  # (N,)
         steps = torch.arange(T, device=device)
         before = self.drop(self.wte(prompts.ids) + self.wpe(torch.arange(Tp, device=device)))  # (P, Tp, C)
-        x = self.drop(self.wte(input_ids) + self.wpe(lengths[:, None] + steps))  # (N, T, C)
+        # A row's padding may run past the position table (a long prompt padded to a long continuation):
+        # it comes after the row's real tokens, which the causal mask keeps from seeing it, so any id serves.
+        positions = (lengths[:, None] + steps).clamp(max=self.config.n_positions - 1)  # (N, T)
+        x = self.drop(self.wte(input_ids) + self.wpe(positions))  # (N, T, C)
         own_prompt = torch.arange(Tp, device=device) < lengths[:, None]  # (N, Tp)
         key_mask = torch.cat([own_prompt[:, None, :].expand(N, T, Tp),
                               (steps[None, :] <= steps[:, None]).expand(N, T, T)], 2)[:, None]  # (N, 1, T, Tp + T)

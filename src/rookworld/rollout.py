@@ -85,15 +85,28 @@ def chunk_size(cfg: TrainConfig, d: Dist) -> int:
 
 
 def completion_limits(cfg: TrainConfig, tokenizer, samples: list[Sample], context: int) -> dict[str, int]:
-    """Max new tokens per task: the flags, else the longest target of the task + margin. A flag's limit
-    must leave the longest prompt of its task room in the model's `context`."""
+    """Max new tokens per task: the flags, else the longest target of the task + margin. Either must leave
+    the longest prompt of its task room in the model's `context` (a model with a short one needs the flags)."""
     found = max_new_tokens(tokenizer, samples)
+    limits = {}
     for task, given in (("P", cfg.max_new_tokens_p), ("A", cfg.max_new_tokens_a)):
-        if given is not None:
-            prompts = tokenizer.encode_prompts([s.prompt for s in samples if s.task == task])
-            check_room(f"--max-new-tokens-{task.lower()}", given, f"{task} prompt", max(map(len, prompts), default=0),
-                       context)
-    return {"P": cfg.max_new_tokens_p or found.get("P", 1), "A": cfg.max_new_tokens_a or found.get("A", 1)}
+        flag = f"--max-new-tokens-{task.lower()}"
+        limits[task] = found.get(task, 1) if given is None else given
+        check_room(flag if given is not None else f"default {flag}", limits[task], f"{task} prompt",
+                   longest_prompt(tokenizer, [s.prompt for s in samples if s.task == task], context - limits[task]),
+                   context)
+    return limits
+
+
+def longest_prompt(tokenizer, prompts: list[str], room: int) -> int:
+    """The token count of the longest of `prompts` (with the EOS before each), or a bound on it within `room`:
+    a FEN-view tokenizer is byte level, so a prompt is at most its bytes + 1 tokens, and counting exactly
+    means encoding every prompt (seconds for the embedded set's 120,000)."""
+    if tokenizer.view == "fen":
+        bound = max((len(prompt.encode()) + 1 for prompt in prompts), default=0)
+        if bound <= room:
+            return bound
+    return max(map(len, tokenizer.encode_prompts(prompts)), default=0)
 
 
 def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> SamplingSettings:
@@ -278,12 +291,14 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
             decoder: FastDecoder | None = None, greedy: bool = False) -> tuple[list[Group | None], list[GroupSummary]]:
     """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
     zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
-    resample_rounds rounds); a replacement lives on the rank that sampled it."""
+    resample_rounds rounds); a replacement lives on the rank that sampled it. With overfit_single_batch
+    nothing is replaced: every step trains on the one batch, its zero-std groups dropped as with 'drop'."""
     groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder, greedy)
     summaries = shared_summaries(groups, d)
     size = chunk_size(cfg, d)
     chunks = math.ceil(len(samples) / size)
-    for _ in range(cfg.resample_rounds if cfg.zero_std == "resample" else 0):
+    resamples = cfg.zero_std == "resample" and not cfg.overfit_single_batch
+    for _ in range(cfg.resample_rounds if resamples else 0):
         flat = [i for i, s in enumerate(summaries) if s.zero_std]
         if not flat:
             break
