@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from conftest import one_error_line
@@ -17,9 +19,9 @@ def tokenizer() -> Tokenizer:
     return Tokenizer.train_chess(["P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"], vocab_size=257)
 
 
-def checkpoint(directory, tokenizer, seed: int, n_embd: int = 16):
+def checkpoint(directory, tokenizer, seed: int, n_embd: int = 16, n_head: int = 2):
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=64, n_embd=n_embd, n_layer=1, n_head=2))
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_positions=64, n_embd=n_embd, n_layer=1, n_head=n_head))
     save_model(model, tokenizer, directory)
     return model.state_dict()
 
@@ -34,15 +36,26 @@ def test_the_average_is_the_element_wise_mean(tmp_path, tokenizer):
     assert all(not torch.equal(averaged[k], states[0][k]) for k in averaged if k.endswith("attn.c_attn.weight"))
 
 
-def test_one_model_or_another_shape_is_one_clear_line(tmp_path, tokenizer, capsys):
+def test_one_model_or_another_architecture_is_one_clear_line(tmp_path, tokenizer, capsys):
     checkpoint(tmp_path / "a", tokenizer, seed=0)
     checkpoint(tmp_path / "wide", tokenizer, seed=1, n_embd=32)
+    checkpoint(tmp_path / "heads", tokenizer, seed=1, n_head=4)  # the same weight shapes, another model of them
     code = cli.main(["average", "--model", str(tmp_path / "a"), "--out", str(tmp_path / "avg")])
     assert code == 2 and "an average needs two or more checkpoints" in one_error_line(capsys)
-    code = cli.main(["average", "--model", str(tmp_path / "a"), "--model", str(tmp_path / "wide"),
-                     "--out", str(tmp_path / "avg")])
-    assert code == 2 and "names or shapes differ" in one_error_line(capsys)
+    for other, field in (("wide", "n_embd is 32"), ("heads", "n_head is 4")):
+        code = cli.main(["average", "--model", str(tmp_path / "a"), "--model", str(tmp_path / other),
+                         "--out", str(tmp_path / "avg")])
+        assert code == 2 and f"{tmp_path / other}: its {field}, {tmp_path / 'a'}'s is " in one_error_line(capsys)
     assert not (tmp_path / "avg").exists()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, which takes no new directory")
+def test_an_out_that_cannot_be_written_is_one_clear_line_before_any_work(tmp_path, capsys):
+    code = cli.main(["average", "--model", str(tmp_path / "missing"), "--model", str(tmp_path / "missing"),
+                     "--out", "/proc/rookworld-test/avg"])
+    assert code == 2 and one_error_line(capsys).endswith(
+        "--out /proc/rookworld-test/avg: cannot write in /proc/rookworld-test (No such file or directory): give "
+        "another path")
 
 
 def test_another_tokenizer_is_refused(tmp_path, tokenizer, capsys):

@@ -149,6 +149,25 @@ def test_keep_last_zero_writes_only_checkpoint_last(tmp_path):
     assert saved_step(checkpoint.latest(tmp_path)) == 2
 
 
+@pytest.mark.parametrize("resumed_at", [4, 7], ids=["an earlier step", "the next step"])
+def test_keep_last_zero_deletes_the_step_checkpoints_kept_before(tmp_path, resumed_at):
+    for step in (4, 5, 6):
+        save_step(tmp_path, step, keep_last=3)
+    save_step(tmp_path, resumed_at, keep_last=0)  # a run resumed with --keep-last 0
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-last"]
+    assert saved_step(checkpoint.latest(tmp_path)) == resumed_at
+
+
+def test_a_full_disk_says_how_to_go_on_by_whether_a_checkpoint_was_saved(tmp_path):
+    target = tmp_path / "metrics.jsonl"
+    assert str(checkpoint.disk_full_error(target, tmp_path)) == (
+        f"could not save {target}: No space left on device (or quota exceeded). No checkpoint was saved yet: free "
+        f"some space, then start the run over with --out {tmp_path}")
+    save_step(tmp_path, 1)
+    assert str(checkpoint.disk_full_error(target, tmp_path)).endswith(
+        f"The checkpoints saved before are intact: free some space, then continue the run with --resume {tmp_path}")
+
+
 @pytest.mark.parametrize("higher_is_better, expected", [(True, 2), (False, 3)])
 def test_best_checkpoint_follows_the_metric_direction(tmp_path, higher_is_better, expected):
     scores = {1: 0.5, 2: 0.7, 3: 0.2, 4: math.nan}
@@ -309,8 +328,8 @@ def test_a_damaged_checkpoint_last_falls_back_to_the_previous_whole_one_with_a_w
 
 
 def test_a_changed_file_of_the_same_size_is_found_by_its_checksum(tmp_path, caplog):
-    save_step(tmp_path, 1, keep_last=1)
-    save_step(tmp_path, 2, keep_last=0)
+    save_step(tmp_path, 1, keep_last=2)
+    save_step(tmp_path, 2, keep_last=2)
     model = tmp_path / "checkpoint-last" / "model.safetensors"
     data = bytearray(model.read_bytes())
     data[-1] ^= 1

@@ -97,6 +97,54 @@ for step in (1, 2):
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint-last", "checkpoint-step-000001"]
 
 
+def test_full_disk_in_the_first_save_says_to_start_over(tmp_path):
+    # the model's 4 MB embedding does not fit on the 2 MB disk: no checkpoint is left to resume from
+    save_once = """
+import sys
+from rookworld import checkpoint, hub
+from rookworld.errors import UserError
+from rookworld.model import GPT, GPTConfig
+from rookworld.tokenizer import Tokenizer
+tokenizer = Tokenizer.train_chess(["P: 8/8/8/4k3/8/8/8/4K3 w - - 0 1 M: e1e2 e1d1"] * 10, vocab_size=260)
+model = GPT(GPTConfig(vocab_size=250_000, n_positions=32, n_embd=4, n_layer=1, n_head=1))
+try:
+    checkpoint.save(sys.argv[1], 1, {}, lambda d: hub.save_model(model, tokenizer, d))
+except UserError as error:
+    print(error)
+"""
+    (tmp_path / "save_once.py").write_text(save_once)
+    result = tmpfs_script(tmp_path, f'mount -t tmpfs -o size=2m tmpfs "$MNT" && "$PY" {tmp_path}/save_once.py '
+                                    f'"$MNT/run"')
+    run_dir = tmp_path / "mnt" / "run"
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"could not save {run_dir}/checkpoint-last: No space left on device (or quota exceeded). No checkpoint was "
+        f"saved yet: free some space, then start the run over with --out {run_dir}"]
+
+
+@pytest.mark.parametrize("tensorboard", [False, True])
+def test_full_disk_while_logging_is_one_clear_line(tmp_path, tensorboard):
+    log_on = f"""
+import sys
+from rookworld.errors import UserError
+from rookworld.log import RunLogger
+try:
+    with RunLogger(sys.argv[1], {{"lr": 1e-5}}, tensorboard={tensorboard}) as logger:
+        for step in range(1, 100_000):
+            logger.log(step, {{f"loss/{{i}}": step / 3 for i in range(40)}})
+            logger.log_samples(step, [{{"completion": "e2e4 " * 80}}])
+except UserError as error:
+    print(error)
+"""
+    (tmp_path / "log_on.py").write_text(log_on)
+    result = tmpfs_script(tmp_path, f'mount -t tmpfs -o size=64k tmpfs "$MNT" && "$PY" {tmp_path}/log_on.py "$MNT/run"')
+    run_dir = tmp_path / "mnt" / "run"
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"could not save {run_dir}/") and ": No space left on device (or quota exceeded). No " \
+        f"checkpoint was saved yet: free some space, then start the run over with --out {run_dir}" in line
+
+
 def truncate(path: Path) -> None:
     with path.open("r+b") as f:  # in place: a step copy hard-linked to the file is damaged as well
         f.truncate(1000)

@@ -206,6 +206,19 @@ def test_best_metric_where_lower_is_better_keeps_the_lowest(data_file, tmp_path)
     assert best["metrics"]["eval/P/eval_mae"] == min(values)
 
 
+def test_every_eval_competes_for_the_best_checkpoint_not_only_those_on_checkpoint_steps(data_file, tmp_path):
+    # a learning rate that overshoots: the eval loss is lowest before the last step, the only checkpoint step
+    main(_config(data_file, tmp_path / "run", steps=4, lr=0.3, warmup_steps=0, eval_every=1, checkpoint_every=4,
+                 keep_last=0, threads=1))
+    evals = (tmp_path / "run" / "eval.jsonl").read_text().splitlines()
+    losses = {r["step"]: r["eval/loss"] for r in map(json.loads, evals)}
+    lowest = min(losses, key=losses.get)
+    assert lowest < 4
+    best = checkpoint.read_info(tmp_path / "run" / checkpoint.BEST)
+    assert best["step"] == lowest and best["metrics"]["eval/loss"] == losses[lowest]
+    assert checkpoint.read_info(tmp_path / "run" / checkpoint.LAST)["step"] == 4
+
+
 @pytest.mark.parametrize("export, message", [
     ("run", "overlaps the run directory --out"),  # the export would replace the run's checkpoints and logs
     (".", "overlaps the run directory --out"),

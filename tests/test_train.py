@@ -1077,6 +1077,12 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
     # gradient by its own size, so such a weight's step carries the rounding (up to 9e-6 seen; lr is 1e-3).
     for k in single:
         torch.testing.assert_close(ddp[k], single[k], rtol=1e-5, atol=2e-5)
+    # samples.jsonl holds the first groups of the step, whichever rank sampled them; the first step's are
+    # sampled from the same weights (later ones from weights that may differ by the rounding above)
+    single_rows, ddp_rows = ([json.loads(line) for line in (tmp_path / run / "samples.jsonl").read_text().splitlines()]
+                             for run in ("single", "ddp"))
+    assert [(r["step"], r["prompt"]) for r in ddp_rows] == [(r["step"], r["prompt"]) for r in single_rows]
+    assert [r for r in ddp_rows if r["step"] == 1] == [r for r in single_rows if r["step"] == 1]
     # the logged step stats cover every rank's groups, not rank 0's alone
     for a, b in zip(records(tmp_path / "single"), records(tmp_path / "ddp")):
         for key in ("reward/mean", "reward/P", "reward/A", "completion/len_mean", "frac_zero_std", "anchor/nll",
@@ -1182,6 +1188,18 @@ def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_r
     assert prompts[False][1] != prompts[False][0]
 
 
+def test_overfit_single_batch_resamples_no_zero_std_group(tiny_run_inputs, tmp_path):
+    """Under --zero-std resample (the default) the one batch's zero-std groups are dropped, not replaced."""
+    model_dir, data = tiny_run_inputs
+    run = tmp_path / "run"
+    train.main(tiny_config(model_dir, data, run, steps=3, log_samples=4, overfit_single_batch=True,
+                           zero_std="resample"), grpo.GRPOConfig(beta=0.05, entropy_coef=0.01))
+    logged = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    prompts = [[r["prompt"] for r in logged if r["step"] == step] for step in (1, 2, 3)]
+    assert len(prompts[0]) == 4 and prompts == [prompts[0]] * 3
+    assert all(r["frac_zero_std"] > 0 for r in records(run))  # groups that resampling would have replaced
+
+
 def test_eval_temperature_reaches_the_sampled_eval(tiny_run_inputs, tmp_path):
     from rookworld.hub import resolve_default_model
 
@@ -1224,8 +1242,9 @@ def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_input
     run = tmp_path / "run"
     rows = records(run)
     # step 1 (policy == reference: KL 0) is good and checkpointed; steps 2 and 3 exceed kl_max and roll back,
-    # the second rollback stops the run with the restored state saved as step 3
-    assert [r["guard/rollbacks"] for r in rows] == [0, 1]
+    # the second rollback stops the run with the restored state saved as step 3, logged first like every step
+    assert [r["guard/rollbacks"] for r in rows] == [0, 1, 2] and rows[2]["guard/rollback"] == 1.0
+    assert {json.loads(line)["step"] for line in (run / "samples.jsonl").read_text().splitlines()} == {1, 2, 3}
     assert checkpoint.read_info(run / checkpoint.LAST)["step"] == 3
     good = run / checkpoint.step_dir_name(1)
     for rolled_back in (run / checkpoint.step_dir_name(2), run / checkpoint.LAST):

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -167,3 +168,22 @@ def test_an_out_that_is_a_file_or_under_one_is_one_clear_line_before_any_work(co
         assert cli.main([command, "--out", str(out), "--data", str(tmp_path / "missing"), *elsewhere]) == 2
         assert f"--out {out}: {tmp_path / 'notes'} is a file, not a directory" in one_error_line(capsys)
     assert (tmp_path / "notes").read_text() == "mine"
+
+
+# /proc takes no new files or directories, even from root (a chmod-ed directory would not stop root)
+UNWRITABLE = "/proc/rookworld-test"
+needs_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+
+
+@needs_proc
+@pytest.mark.parametrize("command,elsewhere", [("sft", ["--init-from", "missing"]), ("train", ["--model", "missing"])])
+def test_an_out_that_cannot_be_written_is_one_clear_line_before_any_work(command, elsewhere, tmp_path, capsys):
+    out = f"{UNWRITABLE}/run"
+    assert cli.main([command, "--out", out, "--data", str(tmp_path / "missing"), *elsewhere]) == 2
+    assert f"--out {out}: cannot write in {out} (No such file or directory): give another path" in \
+        one_error_line(capsys)
+
+
+def test_a_new_out_is_made_before_any_work(tmp_path):
+    training.check_new_out(tmp_path / "a" / "run")
+    assert (tmp_path / "a" / "run").is_dir() and not any((tmp_path / "a" / "run").iterdir())

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from rookworld.errors import UserError
-from rookworld.fsutil import OLD_SUFFIX, fsync_tree, old_path, publish_dir
+from rookworld.fsutil import OLD_SUFFIX, disk_full, fsync_tree, old_path, publish_dir
 from rookworld.log import jsonable
 
 LAST = "checkpoint-last"
@@ -54,7 +54,6 @@ STEP_PATTERN = re.compile(r"checkpoint-step-(\d+)")
 STATE_PT = "trainer_state.pt"
 STATE_JSON = "trainer_state.json"
 _TMP_PREFIX = ".tmp-"
-_FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 log = logging.getLogger(__name__)
 
 
@@ -77,16 +76,15 @@ def _staging_dir(out: Path, name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{name}-", dir=out))
 
 
-def _disk_full(exc: BaseException) -> bool:
-    """Whether `exc` or an exception in its chain is a full disk or quota: an OSError with that errno, or
-    a library error that quotes the OS message (safetensors' Rust writer keeps only the text)."""
-    messages = [os.strerror(code) for code in _FULL_DISK]
-    seen: BaseException | None = exc
-    while seen is not None:
-        if (isinstance(seen, OSError) and seen.errno in _FULL_DISK) or any(m in str(seen) for m in messages):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+def disk_full_error(target: Path, out: Path) -> UserError:
+    """The one line for a full disk (or quota) met while saving `target` of the run in `out`: what is left, and
+    how to go on: --resume when a checkpoint was saved before, else a start over (--resume refuses a run
+    without one, training.resume_checkpoint)."""
+    if latest(out) is None:
+        then = f"No checkpoint was saved yet: free some space, then start the run over with --out {out}"
+    else:
+        then = f"The checkpoints saved before are intact: free some space, then continue the run with --resume {out}"
+    return UserError(f"could not save {target}: {os.strerror(errno.ENOSPC)} (or quota exceeded). {then}")
 
 
 def _publish(target: Path, fill: Callable[[Path], None]) -> None:
@@ -101,11 +99,9 @@ def _publish(target: Path, fill: Callable[[Path], None]) -> None:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     except Exception as exc:
-        if not _disk_full(exc):
+        if not disk_full(exc):
             raise
-        raise UserError(f"could not save {target}: {os.strerror(errno.ENOSPC)} (or quota exceeded). The "
-                        f"checkpoints saved before are intact: free some space, then continue the run with "
-                        f"--resume {target.parent}") from exc
+        raise disk_full_error(target, target.parent) from exc
 
 
 def _publish_copy(source: Path, target: Path) -> None:
@@ -143,7 +139,8 @@ def step_checkpoints(out_dir: str | Path) -> list[tuple[int, Path]]:
 def _prune(out: Path, step: int, keep_last: int) -> None:
     """Keep the newest `keep_last` step checkpoints up to `step`. Later ones belong to the abandoned
     branch of a run resumed from an earlier checkpoint; partial ones and .old leftovers are crash debris."""
-    kept = [path for saved_step, path in step_checkpoints(out) if saved_step <= step][-keep_last:]
+    earlier = [path for saved_step, path in step_checkpoints(out) if saved_step <= step]
+    kept = earlier[-keep_last:] if keep_last else []  # [-0:] would keep them all
     for path in out.glob("checkpoint-step-*"):
         if path not in kept and STEP_PATTERN.fullmatch(path.name.removesuffix(OLD_SUFFIX)):
             shutil.rmtree(path)
@@ -247,7 +244,7 @@ def save(out_dir: str | Path, step: int, state: Mapping[str, Any], write_model: 
     _publish(last, fill)
     if keep_last > 0:
         _publish_copy(last, out / step_dir_name(step))
-        _prune(out, step, keep_last)
+    _prune(out, step, keep_last)
     if best_metric is not None and metrics is not None and best_metric in metrics:
         value = float(metrics[best_metric])
         if _improves(value, _metric_of(best(out), best_metric), higher_is_better):

@@ -1,17 +1,21 @@
 """Durable directory publishing: fsync a tree, then rename it into place without a moment of nothing
-(`hub.save_model`, `checkpoint.save`); output file paths checked before a command's work (`output_file`).
+(`hub.save_model`, `checkpoint.save`); output paths checked before a command's work (`output_file`,
+`writable_dir`); a full disk told apart from other write errors (`disk_full`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import tempfile
 from collections.abc import Collection
 from pathlib import Path
 
 from rookworld.errors import UserError
 
 OLD_SUFFIX = ".old"
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
 def output_file(path: Path, flag: str) -> Path:
@@ -24,6 +28,30 @@ def output_file(path: Path, flag: str) -> Path:
     except OSError as exc:
         raise UserError(f"{flag} {path}: cannot create its directory ({exc.strerror}): give another path") from None
     return path
+
+
+def writable_dir(directory: Path, named: str) -> None:
+    """Make `directory` (and its parents) and write a temporary file there, before a command's work: a place
+    it cannot write is one UserError starting with `named` (the flag and its value), not a traceback at the
+    first write after the work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise UserError(f"{named}: cannot write in {directory} ({exc.strerror}): give another path") from None
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc` or an exception in its chain is a full disk or quota: an OSError with that errno, or
+    a library error that quotes the OS message (safetensors' Rust writer keeps only the text)."""
+    messages = [os.strerror(code) for code in FULL_DISK]
+    seen: BaseException | None = exc
+    while seen is not None:
+        if (isinstance(seen, OSError) and seen.errno in FULL_DISK) or any(m in str(seen) for m in messages):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def old_path(target: Path) -> Path:

@@ -28,7 +28,7 @@ import torch
 
 from . import __version__
 from .errors import UserError
-from .fsutil import foreign_entries, fsync_tree, publish_dir
+from .fsutil import foreign_entries, fsync_tree, publish_dir, writable_dir
 from .log import jsonable
 from .model import GPT, GPTConfig
 from .tokenizer import TOKENIZER_FILES, Tokenizer
@@ -278,7 +278,8 @@ def save_model(model: GPT, tokenizer: Tokenizer, out_dir: str | Path, metadata: 
 
 
 def check_model_out(out_dir: str | Path, flag: str | None = None) -> Path:
-    """`out_dir` as a place for save_model: new, or a model directory (only MODEL_FILES) that it replaces.
+    """`out_dir` as a place for save_model: new, or a model directory (only MODEL_FILES) that it replaces, in a
+    directory it can write (made here: save_model stages the model beside `out_dir`, then renames it in).
     Anything else, a run directory or a folder of other files, is refused: replacing deletes it whole."""
     out_dir = Path(out_dir)
     named = f"{flag} {out_dir}" if flag else str(out_dir)
@@ -288,6 +289,7 @@ def check_model_out(out_dir: str | Path, flag: str | None = None) -> Path:
     if foreign:
         raise UserError(f"{named}: holds {foreign[0]}, which is not part of a model, and writing the model "
                         "replaces the whole directory; give a new directory (or a model directory to overwrite)")
+    writable_dir(out_dir.parent, named)
     return out_dir
 
 

@@ -8,7 +8,8 @@ Used by `rookworld train` and `rookworld sft`. Files under the run directory OUT
     samples.jsonl    a few sampled completions per step: {"step": N, "prompt": ..., ...}
     tensorboard/     the same scalars, same slash names
 
-JSON has no NaN or infinity: non-finite floats are written as null. Only rank 0 writes anything.
+JSON has no NaN or infinity: non-finite floats are written as null. Only rank 0 writes anything. A full disk
+(or quota) is one UserError saying how to go on, as for a checkpoint save (checkpoint.disk_full_error).
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ import math
 import numbers
 import os
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 from rookworld.errors import UserError
+from rookworld.fsutil import disk_full
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -106,6 +110,22 @@ def _config_dict(config: Mapping[str, Any] | Any) -> dict[str, Any]:
     return dict(config)
 
 
+def _hush_tensorboard_full_disk() -> None:
+    """Python prints what a thread raises, and TensorBoard's writer thread re-raises a write that failed: a full
+    disk there is told once instead, by RunLogger, which meets the same error at its next TensorBoard call."""
+    shown = threading.excepthook
+    if getattr(shown, "hushes_tensorboard", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        from_tensorboard = type(args.thread).__module__.startswith("tensorboard.")
+        if not (from_tensorboard and args.exc_value is not None and disk_full(args.exc_value)):
+            shown(args)
+
+    hook.hushes_tensorboard = True
+    threading.excepthook = hook
+
+
 class RunLogger:
     """Writes a run's config, per-step metrics, eval metrics and samples (see the module docstring).
 
@@ -126,30 +146,32 @@ class RunLogger:
         self._wandb = None
         if not self.enabled:
             return
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        records = [self.out_dir / name for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE)]
-        found = [path for path in records if path.exists() and path.stat().st_size > 0]
-        purge_step = None
-        if resume_step is not None:
+        with self._saving(self.out_dir):
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            records = [self.out_dir / name for name in (METRICS_FILE, EVAL_FILE, SAMPLES_FILE)]
+            found = [path for path in records if path.exists() and path.stat().st_size > 0]
+            purge_step = None
+            if resume_step is not None:
+                for path in records:
+                    _truncate_after(path, resume_step)
+                purge_step = resume_step + 1
+            elif found and not start_over:
+                raise UserError(f"{self.out_dir} already holds a run's records ({found[0]}); resume it or choose "
+                                "another output directory")
+            elif found:
+                print(f"{self.out_dir}: its run saved no checkpoint to resume; starting it over (its logs are "
+                      "replaced)", file=sys.stderr)
+                purge_step = 0
+            config_values = _config_dict(config)
+            _write_json_atomic(self.out_dir / CONFIG_FILE, config_values)
+            mode = "w" if resume_step is None else "a"  # a new run replaces what start_over allowed
             for path in records:
-                _truncate_after(path, resume_step)
-            purge_step = resume_step + 1
-        elif found and not start_over:
-            raise UserError(f"{self.out_dir} already holds a run's records ({found[0]}); resume it or choose "
-                            "another output directory")
-        elif found:
-            print(f"{self.out_dir}: its run saved no checkpoint to resume; starting it over (its logs are "
-                  "replaced)", file=sys.stderr)
-            purge_step = 0
-        config_values = _config_dict(config)
-        _write_json_atomic(self.out_dir / CONFIG_FILE, config_values)
-        mode = "w" if resume_step is None else "a"  # a new run replaces what start_over allowed
-        for path in records:
-            self._files[path.name] = open(path, mode, encoding="utf-8")  # noqa: SIM115 (closed by close())
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+                self._files[path.name] = open(path, mode, encoding="utf-8")  # noqa: SIM115 (closed by close())
+            if tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
 
-            self._tensorboard = SummaryWriter(str(self.out_dir / TENSORBOARD_DIR), purge_step=purge_step)
+                _hush_tensorboard_full_disk()
+                self._tensorboard = SummaryWriter(str(self.out_dir / TENSORBOARD_DIR), purge_step=purge_step)
         if wandb_project:
             self._wandb = self._start_wandb(wandb_project, wandb_run_name, config_values)
 
@@ -169,17 +191,31 @@ class RunLogger:
         return wandb.init(project=project, name=run_name, id=run_id, resume="allow", config=jsonable(config),
                           dir=str(self.out_dir))
 
+    @contextmanager
+    def _saving(self, what: Path) -> Iterator[None]:
+        """A full disk (or quota) while writing `what` is one line saying how to go on, as for a checkpoint."""
+        try:
+            yield
+        except Exception as exc:
+            if not disk_full(exc):
+                raise
+            from rookworld.checkpoint import disk_full_error  # checkpoint imports this module
+
+            raise disk_full_error(what, self.out_dir) from exc
+
     def _append(self, name: str, record: Mapping[str, Any]) -> None:
         handle = self._files[name]
-        handle.write(json.dumps(jsonable(record), default=str) + "\n")
-        handle.flush()
+        with self._saving(self.out_dir / name):
+            handle.write(json.dumps(jsonable(record), default=str) + "\n")
+            handle.flush()
 
     def _scalars(self, step: int, values: Mapping[str, int | float]) -> None:
-        if self._tensorboard is not None:
-            for key, value in values.items():
-                self._tensorboard.add_scalar(key, value, global_step=step)
-        if self._wandb is not None:
-            self._wandb.log(dict(values), step=step)
+        with self._saving(self.out_dir / TENSORBOARD_DIR):  # TensorBoard's writer thread raises on a later call
+            if self._tensorboard is not None:
+                for key, value in values.items():
+                    self._tensorboard.add_scalar(key, value, global_step=step)
+            if self._wandb is not None:
+                self._wandb.log(dict(values), step=step)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """One training step's metrics (slash names: "reward/mean", "kl/mean", "time/step", ...)."""
@@ -207,21 +243,26 @@ class RunLogger:
             self._append(SAMPLES_FILE, {"step": step, **row})
 
     def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-        self._files.clear()
-        if self._tensorboard is not None:
-            self._tensorboard.close()
-            self._tensorboard = None
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
+        with self._saving(self.out_dir), ExitStack() as closing:  # each one is closed, even after another failed
+            for handle in self._files.values():
+                closing.callback(handle.close)
+            self._files.clear()
+            if self._tensorboard is not None:
+                closing.callback(self._tensorboard.close)
+                self._tensorboard = None
+            if self._wandb is not None:
+                closing.callback(self._wandb.finish)
+                self._wandb = None
 
     def __enter__(self) -> RunLogger:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        try:
+            self.close()
+        except UserError:
+            if exc_type is None:  # else the error in flight comes first (a full disk fails close() again)
+                raise
 
 
 def _clock(seconds: float) -> str:

@@ -23,7 +23,7 @@ from rookworld.data.record import Sample
 from rookworld.evaluate import label_drafts, max_new_tokens
 from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_room, decoding, generate_groups
 from rookworld.rewards import RewardConfig, Score, reweigh, score_batch, weights_at
-from rookworld.runtime import Dist, all_gather_objects
+from rookworld.runtime import Dist, gather_indexed
 
 if TYPE_CHECKING:
     from rookworld.train import TrainConfig
@@ -279,10 +279,7 @@ def _add_time(timings: dict[str, float], name: str, seconds: float) -> None:
 
 def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
     """Every group's summary on every rank: a rank without groups still learns the step's rewards."""
-    local = {i: GroupSummary.of(g) for i, g in enumerate(groups) if g is not None}
-    merged: dict[int, GroupSummary] = {}
-    for part in all_gather_objects(local, d):
-        merged.update(part)
+    merged = gather_indexed({i: GroupSummary.of(g) for i, g in enumerate(groups) if g is not None}, d)
     return [merged[i] for i in range(len(groups))]
 
 

@@ -27,7 +27,7 @@ def pick_device(requested: str | None = None, threads: int | None = None) -> str
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: must be >= 1 (leave it out to use every core)")
     device = usable_device(requested) if requested else "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu":
+    if torch.device(device).type == "cpu":  # cpu:0 too
         torch.set_num_threads(threads or default_cpu_threads())
     return device
 
@@ -82,14 +82,25 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed(device: str) -> Dist:
-    """torchrun sets WORLD_SIZE/RANK: gloo on CPU, NCCL on GPU."""
+def process_group_backend(device: str) -> str:
+    """gloo on CPU. On CUDA, NCCL for the CUDA tensors (the gradients) and gloo for the CPU ones: all_sum's
+    sums and the pickles of all_gather_objects (torch's NCCL backend serves CUDA tensors only)."""
+    return "cpu:gloo,cuda:nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def init_distributed(device: str) -> tuple[Dist, str]:
+    """This process's place among torchrun's (it sets WORLD_SIZE, RANK, LOCAL_RANK) and its device: on CUDA, the
+    GPU of its local rank, made current before the process group starts, so that NCCL runs on it."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return Dist()
+        return Dist(), device
     import torch.distributed as dist
 
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-    return Dist(rank=dist.get_rank(), world=dist.get_world_size())
+    if torch.device(device).type == "cuda":
+        local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")))
+        device = rank_cuda_device(local_rank, torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group(process_group_backend(device))
+    return Dist(rank=dist.get_rank(), world=dist.get_world_size()), device
 
 
 def all_sum(values: list[float], d: Dist) -> list[float]:
@@ -110,5 +121,13 @@ def all_gather_objects(value: Any, d: Dist) -> list[Any]:
     out: list[Any] = [None] * d.world
     dist.all_gather_object(out, value)
     return out
+
+
+def gather_indexed(local: dict[int, Any], d: Dist) -> dict[int, Any]:
+    """Every rank's {index: item} (e.g. the groups it holds of one step) merged into one dict on every rank."""
+    merged: dict[int, Any] = {}
+    for part in all_gather_objects(local, d):
+        merged.update(part)
+    return merged
 
 

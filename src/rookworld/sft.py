@@ -501,7 +501,8 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
                 metrics = evaluate()
                 logger.log_eval(step, metrics)
                 log.info("step %d: %s", step, json.dumps({k: round(v, 4) for k, v in metrics.items()}))
-            if training.checkpoint_due(cfg, step):
+            # An evaluated step is checkpointed too, so that every eval competes for checkpoint-best (as in train)
+            if eval_now or training.checkpoint_due(cfg, step):
                 save_checkpoint(metrics if eval_now else {})
             progress.update(step, {**step_metrics, **metrics})
     if cfg.export:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -35,7 +34,7 @@ from rookworld.lora import LoRA
 from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, weights_at
 from rookworld.rollout import Group, GroupSummary, collect, completion_limits
-from rookworld.runtime import Dist, all_gather_objects, all_sum, fast_path, init_distributed
+from rookworld.runtime import Dist, all_gather_objects, all_sum, fast_path, gather_indexed, init_distributed
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
@@ -786,6 +785,14 @@ def step_metrics(summaries: list[GroupSummary], adv: grpo.Advantages) -> dict[st
     return out
 
 
+def sample_rows(groups: list[Group | None], count: int, d: Dist) -> list[dict[str, Any]]:
+    """samples.jsonl's rows of a step: the first completion of each of the first `count` groups, gathered from
+    the ranks that hold them, so that a torchrun run logs what one process would."""
+    rows = gather_indexed({i: {"prompt": g.sample.prompt, "completion": g.completions[0], "reward": g.rewards[0]}
+                           for i, g in enumerate(groups[:count]) if g is not None}, d)
+    return [rows[i] for i in sorted(rows)]
+
+
 def load_data(cfg: TrainConfig):
     from rookworld.data.batches import balanced_subset
     from rookworld.data.sources import load_source
@@ -802,16 +809,13 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     from rookworld.data.batches import balanced_subset
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import EVAL_FILE, Progress, RunLogger, eval_change, eval_line, read_records
-    from rookworld.runtime import pick_device, rank_cuda_device
+    from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
 
     if cfg.p_choice and gcfg.credit == "field":
         raise UserError("--p-choice and --credit field cannot be combined: a choice group's completion is its B: "
                         "move alone; use --credit sequence")
-    device = pick_device(cfg.device, cfg.threads)
-    d = init_distributed(device)
-    if d.world > 1 and device.startswith("cuda"):
-        device = rank_cuda_device(int(os.environ.get("LOCAL_RANK", d.rank)), torch.cuda.device_count())
+    d, device = init_distributed(pick_device(cfg.device, cfg.threads))
     torch.manual_seed(cfg.seed)
     rcfg = rcfg or RewardConfig()
     out, resume_dir, saved = Path(cfg.out), None, None
@@ -931,6 +935,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 state.skipped_steps += 1
             state.reward_history.append(metrics["reward/mean"])
             reason = runaway_reason(cfg, metrics, state)
+            stop = None
             if reason is not None:
                 restore(good, policy, optimizer, beta_ctl, parts)
                 state.rollbacks += 1
@@ -939,10 +944,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 metrics["guard/rollback"] = 1.0
                 print(f"step {state.step + 1}: {reason}; rolled back to the last good state, lr x{state.lr_scale:g}")
                 if state.rollbacks > cfg.max_rollbacks:
-                    state.step += 1
-                    save_checkpoint()
-                    raise TrainingStopped(f"{state.rollbacks} rollbacks ({reason}); the last good state is "
-                                          f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
+                    stop = TrainingStopped(f"{state.rollbacks} rollbacks ({reason}); the last good state is "
+                                           f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
             elif update["update/applied"]:  # a step that changed nothing says nothing about the KL
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
             metrics["lr"] = optimizer.param_groups[0]["lr"]
@@ -954,14 +957,16 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
                             **timings, "time/update": time.perf_counter() - t1,
                             "time/step": time.perf_counter() - t0})
-            if state.step == cfg.steps and cfg.consolidate_steps:  # outside the step's time, as evaluation is
+            if stop is None and state.step == cfg.steps and cfg.consolidate_steps:  # outside the step's time
                 t2 = time.perf_counter()
                 metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
                 metrics["time/consolidate"] = time.perf_counter() - t2
                 state.consolidated = True
             logger.log(state.step, metrics)
-            logger.log_samples(state.step, [{"prompt": g.sample.prompt, "completion": g.completions[0],
-                                             "reward": g.rewards[0]} for g in groups[:cfg.log_samples] if g])
+            logger.log_samples(state.step, sample_rows(groups, cfg.log_samples, d))
+            if stop is not None:  # saved after its logs, as every step: a resumed run's logs go on without a gap
+                save_checkpoint()
+                raise stop
             evaluation = held_out(state.step, pool) if eval_samples and training.eval_due(cfg, state.step) else {}
             # An evaluated step is checkpointed too, so checkpoint-best always holds the weights its
             # eval metrics describe; other checkpoints carry no eval metrics.

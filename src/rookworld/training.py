@@ -39,7 +39,7 @@ SHARED_HELP = {
     "grad_clip": "gradient norm clip (0: off)",
     "eval_every": "held-out evaluation every N steps and after the last step (0: off)",
     "checkpoint_every": "checkpoint every N steps; always after the last step (0: only then)",
-    "keep_last": "checkpoint-step-N directories kept besides checkpoint-last",
+    "keep_last": "checkpoint-step-N directories kept besides checkpoint-last (0: none)",
     "device": "torch device (default: cuda when available)",
     "threads": "CPU threads for torch (default: the cores, shared among torchrun ranks; 1 beside other busy jobs)",
     "tensorboard": "write TensorBoard scalars",
@@ -228,10 +228,11 @@ def resume_checkpoint(out: str | Path, steps: int | None = None) -> Path:
 
 
 def check_new_out(out: str | Path) -> None:
-    """A new run's --out, checked before any work: a directory or a path to make one at, and no run that can be
-    resumed. A directory whose run left logs but no checkpoint is started over (RunLogger start_over): none of
-    its steps can be kept."""
+    """A new run's --out, checked before any work: a directory or a path to make one at, no run that can be
+    resumed, and made and writable. A directory whose run left logs but no checkpoint is started over (RunLogger
+    start_over): none of its steps can be kept."""
     from rookworld import checkpoint
+    from rookworld.fsutil import writable_dir
 
     out = Path(out)
     for path in (out, *out.parents):  # the first that exists must be a directory
@@ -243,3 +244,4 @@ def check_new_out(out: str | Path) -> None:
     if found is not None:
         raise UserError(f"--out {out}: holds a run that can be resumed ({found}); continue it with --resume {out}, "
                         f"or choose another output directory")
+    writable_dir(out, f"--out {out}")
