@@ -62,3 +62,24 @@ def test_train_names_the_table_a_key_belongs_in(tmp_path, capsys, toml, message)
     config.write_text(toml)
     assert cli.main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_file_value_that_is_not_finite_is_refused(value):
+    # A run's config is saved as JSON (null for inf or nan), so such a value could not be resumed.
+    with pytest.raises(UserError, match="config field lr = .*: expected a finite number; fix the config file"):
+        build_config(Example, None, {"lr": value})
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["train", "--grad-clip", "inf"], "--grad-clip"),
+    (["sft", "--weight-decay", "nan"], "--weight-decay"),
+    (["sample", "--prompt", "P: x", "--temperature", "inf"], "--temperature"),
+    (["play", "--opponent", "random", "--adjudicate=-inf"], "--adjudicate"),
+])
+def test_a_float_flag_that_is_not_finite_is_refused_before_any_work(tmp_path, capsys, argv, flag):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*argv, *(["--out", str(tmp_path / "run")] if argv[0] in ("train", "sft") else [])])
+    assert exit_.value.code == 2
+    assert f"argument {flag}: expected a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -256,11 +256,11 @@ def test_missing_or_empty_pgn_files_and_a_file_as_out_are_refused_before_any_wor
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     assert cli.main([*args, "--out", str(a_file)]) == 2
-    assert f"--out {a_file} is a file, not a directory" in one_error_line(capsys)
+    assert f"--out {a_file}: {a_file} is a file, not a directory" in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--temperature", "nan"], "--temperature finite and >= 0; got 4000, 1000, nan"),
+    (["--temperature", "-1"], "--temperature finite and >= 0; got 4000, 1000, -1.0"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
     (["--p-select", "mates"], "--p-select 'mates': choose one of any, mate-in-one"),
 ])

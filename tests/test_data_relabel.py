@@ -113,7 +113,7 @@ def test_relabel_refuses_a_broken_source_or_a_file_as_out_in_one_line(source, tm
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     assert relabel_cli(source, a_file) == 2
-    assert f"--out {a_file} is a file, not a directory" in one_error_line(capsys)
+    assert f"--out {a_file}: {a_file} is a file, not a directory" in one_error_line(capsys)
     manifest, shard = (source / "manifest.json").read_bytes(), (source / "shard-00000.jsonl.gz").read_bytes()
     for name, broken_file, content, message in (
             ("empty", "manifest.json", b"{}", " is not a `rookworld data generate` manifest"),

@@ -100,6 +100,9 @@ def test_a_source_without_a_usable_row_is_a_user_error(tmp_path):
         load_files(_write(tmp_path / "garbage.txt", ["hello", "world"]), "all")
     with pytest.raises(UserError, match="not a file or directory here"):
         load_source(str(tmp_path / "missing.jsonl"))
+    for shaped_but_refused_by_the_hub in ("runs--old/data", "runs/data..", "runs/data."):  # the same rule as models'
+        with pytest.raises(UserError, match="not a file or directory here, nor a hub dataset id"):
+            load_source(shaped_but_refused_by_the_hub)
     with pytest.raises(UserError, match="unknown data file type"):
         load_source(str(_write(tmp_path / "rows.csv", ["x"])))
 
@@ -164,11 +167,12 @@ def test_export_writes_samples_that_load_back_identically(hub_rows, tmp_path, ca
 
 def test_export_refuses_an_out_that_would_not_load_back(hub_rows, tmp_path, capsys):
     source = _write(tmp_path / "rows.txt", hub_rows[:5])
-    (tmp_path / "a_dir").mkdir()
-    for out, message in ((tmp_path / "a_dir", " is a directory"), (tmp_path / "exported.txt", ": export writes")):
+    (tmp_path / "a_dir.jsonl").mkdir()
+    for out, message in ((tmp_path / "a_dir.jsonl", " is a directory"),
+                         (tmp_path / "new" / "exported.txt", ": export writes")):
         assert cli.main(["data", "export", "--source", str(source), "--out", str(out)]) == 2
         assert f"--out {out}{message}" in one_error_line(capsys)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "rows.txt"]  # nothing written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir.jsonl", "rows.txt"]  # nothing written or made
 
 
 def test_stats_and_export_limit_read_the_first_samples_only(hub_rows, tmp_path, capsys):

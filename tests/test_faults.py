@@ -18,8 +18,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rookworld import checkpoint
+from rookworld import checkpoint, hub
 from rookworld.hub import load_model
+from rookworld.model import GPT, GPTConfig
+from rookworld.tokenizer import Tokenizer
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 TRAIN = ["train", "--steps", "4", "--checkpoint-every", "1", "--keep-last", "2", "--batch-size", "2",
@@ -120,6 +122,19 @@ except UserError as error:
     assert result.stdout.splitlines() == [
         f"could not save {run_dir}/checkpoint-last: No space left on device (or quota exceeded). No checkpoint was "
         f"saved yet: free some space, then start the run over with --out {run_dir}"]
+
+
+def test_full_disk_while_writing_a_model_outside_a_checkpoint_is_one_line(tmp_path):
+    # `rookworld average --out` (as `sft --export`) writes a model of 4 MB to a 2 MB disk
+    model = GPT(GPTConfig(vocab_size=250_000, n_positions=32, n_embd=4, n_layer=1, n_head=1))
+    tokenizer = Tokenizer.train_chess(["P: 8/8/8/4k3/8/8/8/4K3 w - - 0 1 M: e1e2 e1d1"] * 10, vocab_size=260)
+    hub.save_model(model, tokenizer, tmp_path / "a")
+    result = tmpfs_script(tmp_path, f'mount -t tmpfs -o size=2m tmpfs "$MNT" && "$PY" -m rookworld.cli average '
+                                    f'--model {tmp_path / "a"} --model {tmp_path / "a"} --out "$MNT/soup"')
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"rookworld average: error: {tmp_path}/mnt/soup: the disk is full (or over quota) while writing the model; "
+        f"{tmp_path}/mnt/soup is as it was: free some space and run the command again"]
 
 
 @pytest.mark.parametrize("tensorboard", [False, True])

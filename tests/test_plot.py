@@ -103,7 +103,7 @@ def test_cli_writes_the_dashboard_where_asked(tmp_path, capsys):
 
 @pytest.mark.parametrize(("out", "message"), [
     ("run", "--out {tmp}/run is a directory: give the path of a file"),
-    ("/proc/x.png", "--out /proc/x.png: cannot write it (No such file or directory): give another path"),
+    ("/proc/x.png", "--out /proc/x.png: cannot write in /proc (No such file or directory): give another path"),
 ])
 def test_cli_refuses_an_out_it_cannot_write_in_one_line(tmp_path, capsys, out, message):
     write_run(tmp_path / "run", seed=3, steps=3)

@@ -549,3 +549,11 @@ def test_reweigh_scores_the_same_components_under_other_weights():
 def test_reward_warmup_steps_must_not_be_negative():
     with pytest.raises(ValueError, match="reward_warmup_steps must be >= 0"):
         rewards.RewardConfig(reward_warmup_steps=-1)
+
+
+def test_castling_written_king_takes_rook_earns_what_the_castling_move_earns():
+    fen = "r3k2r/pppq1ppp/2npbn2/2b1p3/2B1P3/2NPBN2/PPPQ1PPP/R3K2R w KQkq - 4 8"
+    analysis = Analysis(fen, ("e1g1", "e1c1", "h2h3", "a2a3", "c3d5"), (0.5, 0.4, 0.3, 0.2, 0.1), "depth=10")
+    standard, written = (rewards.score_p(text.p_prompt(fen), text.p_target(fen, moves, analysis.evals, best), analysis)
+                         for moves, best in ((analysis.moves, "e1g1"), (("e1h1", *analysis.moves[1:]), "e1h1")))
+    assert written.components == standard.components and written.reward == standard.reward == pytest.approx(1.0)

@@ -191,3 +191,9 @@ def test_p_weight_and_illegal_move_flags_reach_the_reward(tmp_path):
     assert scored["default"][0]["components"]["best_move"] == -0.25  # the dense shapes' default
     assert scored["illegal"][0]["components"]["best_move"] == -1.0
     assert [r["reward"] for r in scored["illegal"][1:]] == [r["reward"] for r in scored["default"][1:]]
+
+
+def test_an_output_in_a_directory_that_cannot_be_written_is_refused_before_scoring(tmp_path, capsys):
+    write_jsonl(tmp_path / "in.jsonl", [])
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", "/proc/out.jsonl") == 2  # /proc takes no files
+    assert "--output /proc/out.jsonl: cannot write in /proc" in capsys.readouterr().err

@@ -185,7 +185,12 @@ def test_resume_takes_the_adamw_flags_given_and_refuses_steps_already_taken(data
     config = (out / "config.json").read_text()
     assert cli.main(["sft", "--resume", str(out), "--steps", "2"]) == 2
     assert f"--steps 2: {out} is already at step 2; give --steps > 2" in one_error_line(capsys)
+    assert cli.main(["sft", "--resume", str(out), "--steps", "1"]) == 2  # the refusal alone: nothing is stretched
+    assert f"--steps 1: {out} is already at step 2" in one_error_line(capsys)
     assert (out / "config.json").read_text() == config  # it says the steps the run took
+    # a finished run resumes to write the export it lacks (one stopped between its last checkpoint and export)
+    assert cli.main(["sft", "--resume", str(out), "--export", str(tmp_path / "model")]) == 0
+    assert (tmp_path / "model" / "model.safetensors").is_file()
     assert cli.main(["sft", "--resume", str(out), "--steps", "3", "--weight-decay", "0.2", "--beta1", "0.5",
                      "--beta2", "0.9"]) == 0
     decayed, plain = checkpoint.load_state(out / checkpoint.LAST)["optimizer"]["param_groups"]

@@ -219,6 +219,10 @@ def test_sweep_writes_trials_summary_and_plot_and_resumes(tiny, tmp_path, capsys
         assert (f"--out {out} holds the sweep of another study ({out / sweep.SUMMARY_FILE} of study 'sweep' with 4 "
                 f"trials; study ") in one_error_line(capsys)
     assert all(path.read_bytes() == data for path, data in kept.items())
+    # ... and the refused new studies are not left behind, empty, in their storages
+    assert optuna.get_all_study_names(f"sqlite:///{out / sweep.DB_FILE}") == ["sweep"]
+    journal = optuna.storages.journal.JournalFileBackend(str(tmp_path / "new.journal"))
+    assert optuna.get_all_study_names(optuna.storages.JournalStorage(journal)) == []
     (out / sweep.SUMMARY_FILE).unlink()  # the trial directories alone tell too
     assert cli.main([*command, "--study", "s2"]) == 2
     error = one_error_line(capsys)

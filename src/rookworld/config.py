@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -39,6 +40,18 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def finite_float(text: str) -> float:
+    """A float flag's value: a finite number (a run's config is saved as JSON, which has no inf or nan, and no
+    option means anything at them: 0 is the off of those that can be off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
                          sections: dict[str, list[str]] | None = None,
                          advanced: frozenset[str] = frozenset()) -> None:
@@ -55,7 +68,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type,
                              "(add it to rookworld/flag_groups.py)")
         target = where.get(field.name, parser)
         scalar, is_list = _flag_type(hints[field.name])
-        kind = _parse_bool if scalar is bool else scalar
+        kind = {bool: _parse_bool, float: finite_float}.get(scalar, scalar)
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         prefix = "advanced: " if field.name in advanced else ""
         help_text = prefix + field.metadata.get("help", "")
@@ -100,6 +113,8 @@ def _file_value(key: str, value: Any, annotation: Any) -> Any:
                                  or (scalar is float and isinstance(item, int) and not isinstance(item, bool))
                                  for item in items):
         converted = [float(item) if scalar is float else item for item in items]
+        if not all(math.isfinite(item) for item in converted if scalar is float):
+            raise UserError(f"config field {key} = {value!r}: expected a finite number; fix the config file")
         return converted if is_list else converted[0]
     wanted = f"a list of {scalar.__name__}" if is_list else scalar.__name__
     raise UserError(f"config field {key} = {value!r}: expected {wanted} (TOML: true/false, 3, 3.0e-5, \"text\", "

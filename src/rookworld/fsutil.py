@@ -20,14 +20,23 @@ FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 def output_file(path: Path, flag: str) -> Path:
     """`path` ready for a file that a command writes when its work is done: refused at once if it is a
-    directory, its parent directories made (as `plot` does), so that no result is lost at the end."""
+    directory or its directory cannot be written (made when missing, as `plot` does), so that no result is
+    lost at the end."""
     if path.is_dir():
         raise UserError(f"{flag} {path} is a directory: give the path of a file")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"{flag} {path}: cannot create its directory ({exc.strerror}): give another path") from None
+    writable_dir(path.parent, f"{flag} {path}")
     return path
+
+
+def output_dir(directory: Path, flag: str) -> Path:
+    """`directory` checked before a command's work writes there: a directory, or a path one can be made at (no
+    file at it or above it), in a place it can write (the nearest existing directory takes a temporary file);
+    nothing is made, so a command refused later leaves no trace. UserError naming `flag` otherwise."""
+    existing = next(path for path in (directory, *directory.parents) if path.exists())
+    if not existing.is_dir():
+        raise UserError(f"{flag} {directory}: {existing} is a file, not a directory; choose another directory")
+    writable_dir(existing, f"{flag} {directory}")
+    return directory
 
 
 def writable_dir(directory: Path, named: str) -> None:

@@ -28,7 +28,7 @@ import torch
 
 from . import __version__
 from .errors import UserError
-from .fsutil import foreign_entries, fsync_tree, publish_dir, writable_dir
+from .fsutil import disk_full, foreign_entries, fsync_tree, publish_dir, writable_dir
 from .log import jsonable
 from .model import GPT, GPTConfig
 from .tokenizer import TOKENIZER_FILES, Tokenizer
@@ -262,7 +262,6 @@ def save_model(model: GPT, tokenizer: Tokenizer, out_dir: str | Path, metadata: 
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.vocab_size} tokens, model {model.config.vocab_size} embeddings")
     info = json.dumps({"rookworld_version": __version__, "metadata": jsonable(metadata or {})}, indent=2)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         _write_json(staging / CONFIG_FILE, hf_config(model, tokenizer))
@@ -273,6 +272,11 @@ def save_model(model: GPT, tokenizer: Tokenizer, out_dir: str | Path, metadata: 
         tokenizer.save(staging)
         fsync_tree(staging)
         publish_dir(staging, out_dir)
+    except Exception as exc:
+        if disk_full(exc):  # kept in the chain: a checkpoint save words it its own way (checkpoint.disk_full_error)
+            raise UserError(f"{out_dir}: the disk is full (or over quota) while writing the model; {out_dir} is "
+                            "as it was: free some space and run the command again") from exc
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone after a successful rename
 

@@ -72,7 +72,7 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
 
     device = pick_device(cfg.device, cfg.threads)
     torch.manual_seed(cfg.seed)
-    resume_dir = training.resume_checkpoint(resume) if resume else None
+    resume_dir = training.resume_checkpoint(resume, cfg) if resume else None
     policy, tokenizer = load_model(str(resume_dir or cfg.model or resolve_default_model()), device=device)
     reference = load_reference(cfg, gcfg, device)
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))

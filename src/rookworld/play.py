@@ -42,6 +42,7 @@ from pathlib import Path
 
 import chess
 
+from rookworld.config import finite_float
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.fsutil import output_file
@@ -76,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-plies", type=int, default=MAX_PLIES,
                         help=f"plies after which a running game is adjudicated, or in self-play left unfinished "
                              f"(default: {MAX_PLIES})")
-    parser.add_argument("--adjudicate", type=float, default=ADJUDICATE_PAWNS, metavar="PAWNS",
+    parser.add_argument("--adjudicate", type=finite_float, default=ADJUDICATE_PAWNS, metavar="PAWNS",
                         help="a game at the ply limit is won by the side Stockfish's eval of the final position "
                              f"puts ahead by at least this many pawns, else drawn (0: always drawn; default: "
                              f"{ADJUDICATE_PAWNS:g})")

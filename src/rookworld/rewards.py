@@ -213,9 +213,18 @@ def _read_p(prompt: str, completion: str, analysis: Analysis) -> _PView:
     if not _same_position(fen, analysis.fen):
         raise ValueError(f"analysis of {analysis.fen!r} given for the prompt {prompt!r}")
     parsed = text.parse_p_completion(completion)
+    parsed.moves = [_standard(board, move) for move in parsed.moves]
+    parsed.best = None if parsed.best is None else _standard(board, parsed.best)
     named = [*parsed.moves, *([parsed.best] if parsed.best is not None else [])]
     legal = {move: _is_legal(board, move) for move in named}
     return _PView(fen=fen, parsed=parsed, legal=legal)
+
+
+def _standard(board: chess.Board, token: str) -> str:
+    """A legal move in the engine's UCI (king-takes-rook castling such as e1h1 read as e1g1, as move quality
+    and the eval metrics read it); any other token as written."""
+    move = arbiter.legal_move(board, token) if text.is_uci_shaped(token) else None
+    return move.uci() if move is not None else token
 
 
 def _is_legal(board: chess.Board, token: str) -> bool:

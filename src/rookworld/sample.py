@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from rookworld.config import finite_float
 from rookworld.errors import UserError
 
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -20,9 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="checkpoint directory or hub id (default: the embedded model)")
     parser.add_argument("--prompt", action="append", required=True, help="prompt text; repeat for several")
     parser.add_argument("--greedy", action="store_true", help="argmax decoding instead of sampling")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    parser.add_argument("--temperature", type=finite_float, default=1.0, help="sampling temperature (default: 1.0)")
     parser.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 keeps all (default: 0)")
-    parser.add_argument("--top-p", type=float, default=1.0,
+    parser.add_argument("--top-p", type=finite_float, default=1.0,
                         help="keep the smallest token set with this probability; 1 keeps all (default: 1.0)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="completion length limit (default: 256, or what the model's context leaves after "

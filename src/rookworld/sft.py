@@ -394,7 +394,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
         check_export(cfg)
     out = Path(cfg.out)
     if resume:
-        found = training.resume_checkpoint(out, cfg.steps)
+        found = training.resume_checkpoint(out, cfg)
     else:
         training.check_new_out(out)
     train_set = load_source(cfg.data, "train", limit=cfg.data_limit)

@@ -377,30 +377,46 @@ def identity(args: argparse.Namespace, space: dict[str, Dimension]) -> dict[str,
 
 
 def open_study(args: argparse.Namespace, space: dict[str, Dimension], out: Path):
+    """The study the command adds trials to, checked against the command and against --out (check_owner); a
+    study this command created and then refused is deleted again, so no empty study is left in the storage."""
     import optuna
 
     pruner = (optuna.pruners.MedianPruner(n_startup_trials=args.pruner_startup_trials,
                                           n_warmup_steps=args.pruner_warmup_steps)
               if args.pruner == "median" else optuna.pruners.NopPruner())
-    study = optuna.create_study(storage=open_storage(args.storage, out), study_name=args.study,
-                                direction=args.direction, load_if_exists=True, pruner=pruner)
+    storage = open_storage(args.storage, out)
+    created = args.study not in optuna.get_all_study_names(storage)
+    study = optuna.create_study(storage=storage, study_name=args.study, direction=args.direction,
+                                load_if_exists=True, pruner=pruner)
+    try:
+        _check_study(study, args, space, out)
+    except UserError:
+        if created:
+            optuna.delete_study(study_name=args.study, storage=storage)
+        raise
     # The seed goes on with the study's trials: the same command run again draws new points (TPE's first 10
     # are random), while a new study with the same seed draws the same ones.
     seed = None if args.sampler_seed is None else args.sampler_seed + len(study.trials)
     with warnings.catch_warnings():  # constant_liar is marked experimental; it is what parallel machines need
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.sampler = optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+    return study
+
+
+def _check_study(study, args: argparse.Namespace, space: dict[str, Dimension], out: Path) -> None:
+    """UserError unless the study was started with this command's direction, metric, space and base config,
+    and --out holds no other study's sweep; a new study takes this command's identity."""
     if study.direction.name.lower() != args.direction:
         raise UserError(f"study {args.study!r} was started with --direction {study.direction.name.lower()}; "
                         f"use that, or {NEW_STUDY}")
     mine, saved = identity(args, space), study.user_attrs.get("sweep")
-    if saved is None:
-        study.set_user_attr("sweep", mine)
-    elif saved != mine:
+    if saved is not None and saved != mine:
         differ = [k for k in dict.fromkeys([*mine, *saved]) if mine.get(k) != saved.get(k)]
         raise UserError(f"study {args.study!r} was started with another {' and '.join(differ)} "
                         f"({'; '.join(differences(saved, mine))}); run the same command, or {NEW_STUDY}")
-    return study
+    check_owner(study, out)
+    if saved is None:
+        study.set_user_attr("sweep", mine)
 
 
 def differences(saved: Any, given: Any, where: str = "") -> list[str]:
@@ -593,7 +609,6 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(args, space, out)
-    check_owner(study, out)
     hardware, gpus = _resources(args)
     sweep = Sweep(args, space, out, base_flags(args), hardware, gpus)
     before = len(study.trials)

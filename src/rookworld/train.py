@@ -823,7 +823,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         training.check_new_out(out)
     else:
         out = Path(resume)
-        resume_dir = training.resume_checkpoint(resume, cfg.steps)
+        resume_dir = training.resume_checkpoint(resume, cfg)
         saved = checkpoint.load_state(resume_dir)
         check_resumable(saved, resume_dir, cfg, gcfg)
     note = inactive_kl_guard(cfg, gcfg)

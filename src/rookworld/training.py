@@ -172,7 +172,7 @@ def run_configs(args: argparse.Namespace, classes: dict[str, type]) -> dict[str,
     if args.resume:
         for name, cls in classes.items():
             _check_kept(args.resume, build_config(cls, None, tables[name]), configs[name])
-        _warn_stretched_schedule(tables[first], configs[first])
+        _warn_stretched_schedule(args.resume, tables[first], configs[first])
     return configs
 
 
@@ -204,17 +204,24 @@ def kept_error(run: str | Path, name: str, given: Any, saved: Any) -> UserError:
                      f"out {flag}, or start a new run from {run}/checkpoint-last")
 
 
-def _warn_stretched_schedule(saved: dict[str, Any], cfg: Any) -> None:
+def _warn_stretched_schedule(run: str, saved: dict[str, Any], cfg: Any) -> None:
+    """Said on stderr: a changed --steps stretches a decaying schedule (not when resume_checkpoint will refuse
+    --steps the run has already taken)."""
+    from rookworld import checkpoint
+
     before = saved.get("steps", cfg.steps)
-    if before != cfg.steps and cfg.lr_schedule != "constant":
+    found = checkpoint.latest(run)
+    taken = checkpoint.read_info(found)["step"] if found is not None else 0
+    if before != cfg.steps and cfg.lr_schedule != "constant" and cfg.steps > taken:
         print(f"resuming with --steps {cfg.steps} (the run was set for {before}): its {cfg.lr_schedule} learning-"
               f"rate schedule is stretched to end at step {cfg.steps}, so the learning rate changes from the "
               f"next step on", file=sys.stderr)
 
 
-def resume_checkpoint(out: str | Path, steps: int | None = None) -> Path:
+def resume_checkpoint(out: str | Path, cfg: Any = None) -> Path:
     """The checkpoint a resumed run continues from; UserError when the directory holds none, or when it is
-    already at the run's `steps`: the loop would not run, and the run's config would say steps it never took."""
+    already at the config's steps: the loop would not run, and the run's config would say steps it never took.
+    A finished sft run may resume to write its --export (what a run stopped before its export needs)."""
     from rookworld import checkpoint
 
     found = checkpoint.latest(out)
@@ -222,26 +229,21 @@ def resume_checkpoint(out: str | Path, steps: int | None = None) -> Path:
         raise UserError(f"--resume {out}: no complete checkpoint there (expected {out}/{checkpoint.LAST}), so "
                         f"no step to keep; start the run over with --out {out} (its flags: {out}/{CONFIG_FILE})")
     done = checkpoint.read_info(found)["step"]
-    if steps is not None and steps <= done:
-        raise UserError(f"--steps {steps}: {out} is already at step {done}; give --steps > {done} to train on")
+    if cfg is not None and (cfg.steps < done or cfg.steps == done and not getattr(cfg, "export", None)):
+        raise UserError(f"--steps {cfg.steps}: {out} is already at step {done}; give --steps > {done} to train on")
     return found
 
 
 def check_new_out(out: str | Path) -> None:
     """A new run's --out, checked before any work: a directory or a path to make one at, no run that can be
-    resumed, and made and writable. A directory whose run left logs but no checkpoint is started over (RunLogger
-    start_over): none of its steps can be kept."""
+    resumed, in a place that can be written (made later, by the run). A directory whose run left logs but no
+    checkpoint is started over (RunLogger start_over): none of its steps can be kept."""
     from rookworld import checkpoint
-    from rookworld.fsutil import writable_dir
+    from rookworld.fsutil import output_dir
 
     out = Path(out)
-    for path in (out, *out.parents):  # the first that exists must be a directory
-        if path.exists():
-            if not path.is_dir():
-                raise UserError(f"--out {out}: {path} is a file, not a directory; choose another output directory")
-            break
-    found = checkpoint.latest(out)
+    found = checkpoint.latest(out) if out.is_dir() else None
     if found is not None:
         raise UserError(f"--out {out}: holds a run that can be resumed ({found}); continue it with --resume {out}, "
                         f"or choose another output directory")
-    writable_dir(out, f"--out {out}")
+    output_dir(out, "--out")

@@ -124,10 +124,9 @@ def _stats(samples: SampleSet) -> int:
 
 def _export_path(out: str) -> Path:
     """The --out of `export`: a JSON-lines file name (a data source that loads back); UserError otherwise."""
-    path = output_file(Path(out), "--out")
-    if not path.name.endswith(EXPORT_SUFFIXES):
+    if not out.endswith(EXPORT_SUFFIXES):  # before output_file makes its directory
         raise UserError(f"--out {out}: export writes JSON lines; name the file *{' or *'.join(EXPORT_SUFFIXES)}")
-    return path
+    return output_file(Path(out), "--out")
 
 
 def _export(samples: SampleSet, out: Path) -> int:

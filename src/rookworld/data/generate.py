@@ -43,6 +43,7 @@ from rookworld.data.record import Sample, p_sample
 from rookworld.data.selfplay import SelfPlayConfig, play_games
 from rookworld.data.splits import EVAL_FRACTION, SPLITS, Split, split_for
 from rookworld.errors import UserError
+from rookworld.fsutil import output_dir
 from rookworld.stockfish import LABEL_LIMIT, Limit, StockfishPool
 
 log = logging.getLogger(__name__)
@@ -281,8 +282,7 @@ class _Run:
 def load_progress(out: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
     """The progress record of a resumable data job in `out` (new if none); raises UserError when `out`
     holds another job's output or other files."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a directory; choose a new or empty directory")
+    output_dir(out, "--out")
     path = out / PROGRESS
     if path.exists():
         progress = store.read_json(path)

@@ -14,7 +14,6 @@ import gzip
 import itertools
 import json
 import logging
-import re
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ log = logging.getLogger(__name__)
 EMBEDDED = "embedded"
 DATA_SUFFIXES = (".txt", ".txt.gz", ".jsonl", ".jsonl.gz", ".parquet")
 SHOWN_SKIPS = 5
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class HubLoadError(UserError):
@@ -242,7 +240,9 @@ def load_source(source: str = EMBEDDED, split: Split = "train", *, limit: int | 
     path = Path(source).expanduser()
     if path.exists():
         return load_files(path, split, limit=limit, eval_fraction=eval_fraction)
-    if _HUB_ID.match(source) and not source.endswith(DATA_SUFFIXES):
+    from rookworld.hub import is_hub_id  # torch with it: only for a source that is no local path
+
+    if is_hub_id(source) and not source.endswith(DATA_SUFFIXES):
         try:
             return load_hub(source, split, limit=limit)
         except HubLoadError as error:  # an id shaped like `dir/name` may have been meant as a local path
