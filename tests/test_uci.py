@@ -55,9 +55,10 @@ def test_serve_answers_every_command_with_the_embedded_model():
     out = io.StringIO()
     serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
     lines = out.getvalue().splitlines()
-    assert lines[:6] == ["id name rookworld (test)", "id author rookworld",
+    assert lines[:7] == ["id name rookworld (test)", "id author rookworld",
                          "option name Votes type spin default 1 min 1 max 64",
-                         "option name AvoidRepetition type string default off", "uciok", "readyok"]
+                         "option name AvoidRepetition type string default off",
+                         "option name Readout type combo default b var b var first", "uciok", "readyok"]
     first = next(line for line in lines if line.startswith("bestmove"))
     assert chess.Move.from_uci(first.split()[1]) in parse_position(["startpos", "moves", "e2e4"]).legal_moves
     assert sum(line.startswith("info string ignored position") for line in lines) == 2
@@ -110,9 +111,10 @@ def test_setoption_sets_the_two_rules_and_says_what_it_ignored():
     out = io.StringIO()
     serve(player, "test", io.StringIO("\n".join(commands) + "\n"), out)
     lines = out.getvalue().splitlines()
-    assert lines[2:4] == ["option name Votes type spin default 5 min 1 max 64",
-                          "option name AvoidRepetition type string default 0.5"]
-    assert lines[5:] == ["info string ignored setoption Votes '0': give a whole number from 1 to 64",
+    assert lines[2:5] == ["option name Votes type spin default 5 min 1 max 64",
+                          "option name AvoidRepetition type string default 0.5",
+                          "option name Readout type combo default b var b var first"]
+    assert lines[6:] == ["info string ignored setoption Votes '0': give a whole number from 1 to 64",
                          "info string ignored setoption Votes 'many': give a whole number from 1 to 64",
                          "info string ignored setoption Votes '65': give a whole number from 1 to 64",
                          "info string ignored setoption AvoidRepetition 'ahead': give the pawns (e.g. 1) or off",

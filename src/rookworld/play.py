@@ -1,6 +1,6 @@
 """`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
-[--fallback random|listed] [--avoid-repetition PAWNS] [--votes K] [--opponent-fallback ...]
-[--opponent-avoid-repetition ...] [--opponent-votes K] [--out F]`
+[--fallback random|listed] [--avoid-repetition PAWNS] [--votes K] [--readout b|first] [--opponent-fallback ...]
+[--opponent-avoid-repetition ...] [--opponent-votes K] [--opponent-readout b|first] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -27,6 +27,8 @@ With --avoid-repetition the model sets aside a `B:` move that repeats a position
 ahead (player.py), and with --opponent-avoid-repetition a model opponent does; `repetitions_avoided` and
 `opponent_repetitions_avoided` count those moves. With --votes K (and --opponent-votes K for a model
 opponent) the player samples K completions a move and plays the legal `B:` move most of them name (player.py).
+With --readout first (and --opponent-readout first) the player plays the legal move it scores highest as its
+first `M:` candidate (readout.py), so it never plays an illegal move.
 """
 
 from __future__ import annotations
@@ -47,7 +49,14 @@ from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.fsutil import output_file
 from rookworld.metrics import Estimate, estimate
-from rookworld.player import FALLBACKS, ModelPlayer, add_repetition_argument, add_votes_argument
+from rookworld.player import (
+    FALLBACKS,
+    READOUTS,
+    ModelPlayer,
+    add_readout_argument,
+    add_repetition_argument,
+    add_votes_argument,
+)
 
 OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
@@ -93,12 +102,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "one when none is legal); counted as illegal either way (default: random)")
     add_repetition_argument(parser)
     add_votes_argument(parser)
+    add_readout_argument(parser)
     parser.add_argument("--opponent-fallback", choices=FALLBACKS, default=None,
                         help="--fallback for the opponent of --opponent model (default: random)")
     add_repetition_argument(parser, flag="--opponent-avoid-repetition",
                             help="--avoid-repetition for the opponent of --opponent model (default: off)")
     parser.add_argument("--opponent-votes", type=int, default=None, metavar="K",
                         help="--votes for the opponent of --opponent model (default: 1, greedy)")
+    parser.add_argument("--opponent-readout", choices=READOUTS, default=None,
+                        help="--readout for the opponent of --opponent model (default: b)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--threads", type=int, default=None,
@@ -420,7 +432,7 @@ def _opponent(args: argparse.Namespace):
                         "--opponent model or drop it")
     for flag, value in (("--opponent-avoid-repetition", args.opponent_avoid_repetition),
                         ("--opponent-fallback", args.opponent_fallback),
-                        ("--opponent-votes", args.opponent_votes)):
+                        ("--opponent-votes", args.opponent_votes), ("--opponent-readout", args.opponent_readout)):
         if value is not None and args.opponent != "model":
             shown = f"{value:g}" if isinstance(value, float) else value
             raise UserError(f"{flag} {shown}: sets the opponent of --opponent model; add --opponent model or drop it")
@@ -433,7 +445,8 @@ def _opponent(args: argparse.Namespace):
         if args.opponent == "model":
             player = ModelPlayer.load(args.opponent_model, threads=args.threads, seed=args.seed,
                                       stream="opponent-fallback", avoid_repetition=args.opponent_avoid_repetition,
-                                      fallback=args.opponent_fallback or "random", votes=args.opponent_votes or 1)
+                                      fallback=args.opponent_fallback or "random", votes=args.opponent_votes or 1,
+                                      readout=args.opponent_readout or "b")
             return ModelOpponent(player, args.opponent_model or EMBEDDED_NAME)
         return RandomMover(args.seed) if args.opponent == "random" else None
     from rookworld.stockfish import PLAY_LIMIT, Limit, SkillEngine
@@ -519,7 +532,8 @@ def run(args: argparse.Namespace) -> int:
     opponent_name = "self" if opponent is None else opponent.name
     try:
         player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
-                                  avoid_repetition=args.avoid_repetition, fallback=args.fallback, votes=args.votes)
+                                  avoid_repetition=args.avoid_repetition, fallback=args.fallback, votes=args.votes,
+                                  readout=args.readout)
         with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
             played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed)
     finally:
@@ -546,6 +560,9 @@ def run(args: argparse.Namespace) -> int:
                             else None,
                             "opponent_avoid_repetition": args.opponent_avoid_repetition, "votes": args.votes,
                             "opponent_votes": opponent.player.votes if isinstance(opponent, ModelOpponent) else None,
+                            "readout": args.readout,
+                            "opponent_readout": opponent.player.readout if isinstance(opponent, ModelOpponent)
+                            else None,
                             "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses[:len(moves)], opening_plies > 0,
                          losses[len(moves):] if isinstance(opponent, ModelOpponent) else None),

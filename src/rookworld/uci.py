@@ -1,5 +1,5 @@
-"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS|off] [--votes K]`: the model as a
-UCI engine on stdin/stdout.
+"""`rookworld uci [--model M] [--threads K] [--seed S] [--avoid-repetition PAWNS|off] [--votes K] [--readout b|first]`:
+the model as a UCI engine on stdin/stdout.
 
 Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` (whatever its
 limits) the engine finds the model's move at once (`player.ModelPlayer`): by default the legal `B:` move
@@ -7,9 +7,10 @@ most of 8 sampled completions name, and when the model rates itself ahead by a p
 earlier position of the game the GUI sent (`position ... moves ...`) if one of its `M:` candidates avoids it:
 the player rules that measured strongest (docs/play.md), unlike `rookworld play`, whose defaults measure the
 model's greedy move. When the chosen move is illegal or missing, the engine plays the legal move its own
-`M:`/`E:` list rates best, else a random legal move (seeded), and says which in an `info string`. It answers
+`M:`/`E:` list rates best, else a random legal move (seeded), and says which in an `info string`. With
+`--readout first` it plays the legal move the model scores highest as its first `M:` candidate (readout.py). It answers
 `bestmove` at once too, except where UCI asks it to wait: after `go infinite` until `stop`, after `go ponder`
-until `stop` or `ponderhit`. The two rules are also UCI options (`Votes`, `AvoidRepetition`),
+until `stop` or `ponderhit`. The rules are also UCI options (`Votes`, `AvoidRepetition`, `Readout`),
 so a GUI can set them.
 """
 
@@ -23,8 +24,10 @@ import chess
 
 from rookworld.errors import UserError
 from rookworld.player import (
+    READOUTS,
     Choice,
     ModelPlayer,
+    add_readout_argument,
     add_repetition_argument,
     add_votes_argument,
     best_listed,
@@ -46,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seed of the random fallback move and of --votes' samples (default: 0)")
     add_repetition_argument(parser, default=AVOID_REPETITION)
     add_votes_argument(parser, default=VOTES)
+    add_readout_argument(parser)
 
 
 def describe(board: chess.Board, choice: Choice) -> str | None:
@@ -88,10 +92,12 @@ def parse_position(tokens: list[str]) -> chess.Board:
 
 
 def options(player: ModelPlayer) -> list[str]:
-    """The `option` lines of the answer to `uci`: the player's two rules, at their current values."""
+    """The `option` lines of the answer to `uci`: the player's rules, at their current values."""
     pawns = "off" if player.avoid_repetition is None else f"{player.avoid_repetition:g}"
+    readouts = " ".join(f"var {name}" for name in READOUTS)
     return [f"option name Votes type spin default {player.votes} min 1 max {MAX_VOTES}",
-            f"option name AvoidRepetition type string default {pawns}"]
+            f"option name AvoidRepetition type string default {pawns}",
+            f"option name Readout type combo default {player.readout} {readouts}"]
 
 
 def set_option(player: ModelPlayer, tokens: list[str]) -> str | None:
@@ -106,6 +112,10 @@ def set_option(player: ModelPlayer, tokens: list[str]) -> str | None:
         if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_VOTES:  # int() refuses '²'
             return f"ignored setoption Votes {value!r}: give a whole number from 1 to {MAX_VOTES}"
         player.votes = int(value)
+    elif name == "readout":
+        if value not in READOUTS:
+            return f"ignored setoption Readout {value!r}: give one of {', '.join(READOUTS)}"
+        player.readout = value
     elif name == "avoidrepetition":
         try:
             player.avoid_repetition = repetition_pawns(value)
@@ -185,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.votes <= MAX_VOTES:
         raise UserError(f"--votes {args.votes}: must be from 1 (the greedy B: move) to {MAX_VOTES}")
     player = ModelPlayer.load(args.model, threads=args.threads, seed=args.seed,
-                              avoid_repetition=args.avoid_repetition, fallback="listed", votes=args.votes)
+                              avoid_repetition=args.avoid_repetition, fallback="listed", votes=args.votes,
+                              readout=args.readout)
     serve(player, args.model or "embedded model", sys.stdin, sys.stdout)
     return 0

@@ -1,7 +1,9 @@
-"""`rookworld data generate|relabel|stats|export ...`: make, relabel, count and export datasets.
+"""`rookworld data generate|relabel|render|stats|export ...`: make, relabel, re-render, count and export datasets.
 
     rookworld data generate --out DIR --p-positions N --a-samples M --seed S [--pgn FILE ...] [--depth D | --nodes N]
+        [--order shuffled|best-first]
     rookworld data relabel --data DIR --out NEW [--depth D | --nodes N] [--cache FILE]
+    rookworld data render --data DIR --out NEW --order best-first|shuffled
     rookworld data stats [SOURCE] [--split all|train|eval]
     rookworld data export --source SOURCE --split train|eval|all --out FILE.jsonl
 
@@ -28,6 +30,7 @@ EXPORT_SUFFIXES = (".jsonl", ".jsonl.gz")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from rookworld.data.generate import GenerateConfig
     from rookworld.data.relabel import RelabelConfig
+    from rookworld.data.render import RenderConfig
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     generate = actions.add_parser("generate", conflict_handler="resolve",
@@ -39,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     relabel = actions.add_parser("relabel", help="a generated dataset with its P labels searched again (e.g. deeper); "
                                  "positions, A samples and splits unchanged")
     add_config_arguments(relabel, RelabelConfig)
+
+    render = actions.add_parser("render", help="a generated dataset with its P targets' candidates listed in another "
+                                "order (best-first or shuffled); no engine runs")
+    add_config_arguments(render, RenderConfig)
 
     stats = actions.add_parser("stats", help="counts by task, A case, game phase and split, and eval samples whose "
                                "position the train split also has")
@@ -58,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         return _generate(args)
     if args.action == "relabel":
         return _relabel(args)
+    if args.action == "render":
+        return _render(args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit must be >= 1, got {args.limit}")
     if args.action == "stats":
@@ -86,6 +95,15 @@ def _relabel(args: argparse.Namespace) -> int:
     rich_print(f"relabelled {manifest['counts']['task'].get('P', 0)} P positions of {args.data} at "
                f"{manifest['stockfish']['label_limit']} into {args.out} in {manifest['relabel']['seconds']} s; "
                f"see {args.out}/manifest.json")
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    from rookworld.data.render import RenderConfig, render
+
+    manifest = render(build_config(RenderConfig, args))
+    print(f"rendered {manifest['counts']['task'].get('P', 0)} P targets of {args.data} {manifest['order']} into "
+          f"{args.out}; see {args.out}/manifest.json")
     return 0
 
 

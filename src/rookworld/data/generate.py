@@ -1,21 +1,21 @@
 """`rookworld data generate --out DIR --p-positions N --a-samples M --seed S`: make a RookWorld dataset.
 
-Positions come from the user's PGN files or, by default, from Stockfish self-play (selfplay.py). P
-samples are positions labelled by the engine pool (multipv 5; `B:` is the rank-1 move, M and E shuffled
-together with the seed); A samples are moves of the same games plus rare cases (a_mix.py). Positions
-with fewer than 5 legal moves list all of them (Stockfish's multipv returns that many). Every record of a
-sample from a game stores the game's id (`g`: seed-shard-game), by which splits.py splits the data.
-`--side train|eval` makes one side of that split only: the ids of the other side's games are skipped
-before a game is played, and samples without a game (synthetic cases, split by position) are kept only on
-that side. The embedded set is made so: its held-out games are fresh games of another seed, which the
-embedded model never trained on (Makefile `embedded-data`).
+Positions come from the user's PGN files or, by default, from Stockfish self-play (selfplay.py). P samples are
+positions labelled by the engine pool (multipv 5; `B:` is the rank-1 move; M and E shuffled together with the
+seed, or with --order best-first listed in the engine's ranking); A samples are moves of the same games plus
+rare cases (a_mix.py). Positions with fewer than 5 legal moves list all of them (Stockfish's multipv returns
+that many). Every record of a sample from a game stores the game's id (`g`: seed-shard-game), by which
+splits.py splits the data. `--side train|eval` makes one side of that split only: the ids of the other side's
+games are skipped before a game is played, and samples without a game (synthetic cases, split by position) are
+kept only on that side. The embedded set is made so: its held-out games are fresh games of another seed, which
+the embedded model never trained on (Makefile `embedded-data`).
 
-The work is cut into shards (about `shard_size` samples each), each with its own random stream
-(seed, shard), written atomically as `shard-NNNNN.jsonl.gz` (compact records, store.py) and recorded in
-`progress.json`; rerunning the same command skips finished shards, so an interrupted run continues and
-the data files are byte-identical to an uninterrupted run with the same seed. Shards run one after
-another (positions already used are skipped by later shards); the engine pool parallelizes within one.
-At the end `manifest.json` records the counts, Stockfish version and limits, seed, time and command.
+The work is cut into shards (about `shard_size` samples each), each with its own random stream (seed, shard),
+written atomically as `shard-NNNNN.jsonl.gz` (compact records, store.py) and recorded in `progress.json`;
+rerunning the same command skips finished shards, so an interrupted run continues and the data files are
+byte-identical to an uninterrupted run with the same seed. Shards run one after another (positions already used are
+skipped by later shards); the engine pool parallelizes within one. At the end `manifest.json` records the
+counts, Stockfish version and limits, seed, time and command.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from rookworld.data.a_mix import RARE_SHARES, AMixer
 from rookworld.data.cases import mating_moves
 from rookworld.data.games import Game, Ply, plies, read_pgn_games
 from rookworld.data.position import position_key
-from rookworld.data.record import Sample, p_sample
+from rookworld.data.record import ORDERS, Sample, display_order, p_sample
 from rookworld.data.selfplay import SelfPlayConfig, play_games
 from rookworld.data.splits import EVAL_FRACTION, SPLITS, Split, split_for
 from rookworld.errors import UserError
@@ -84,12 +84,17 @@ class GenerateConfig:
     p_select: str = field(default="any", metadata={"help": "P positions: any (a random share of every game's "
                                                     "positions) or mate-in-one (only, and all, positions whose "
                                                     "side to move can mate at once)"})
+    order: str = field(default="shuffled", metadata={"help": "how P targets list their M:/E: candidates: shuffled "
+                                                      "(RookWorld's data) or best-first (the engine's ranking, "
+                                                      "B: = the first M:)"})
     stockfish: str | None = field(default=None, metadata={"help": "Stockfish binary; unset: $ROOKWORLD_STOCKFISH, PATH "
                                                      "or /usr/games/stockfish"})
 
     def __post_init__(self) -> None:
         if not self.out:
             raise ValueError("--out DIR is required")
+        if self.order not in ORDERS:
+            raise ValueError(f"--order {self.order!r}: choose one of {', '.join(ORDERS)}")
         if self.p_positions < 0 or self.a_samples < 0 or self.p_positions + self.a_samples == 0:
             raise ValueError("--p-positions and --a-samples must be >= 0, and not both 0")
         label_limit(self.depth, self.nodes)
@@ -124,6 +129,7 @@ class GenerateConfig:
         # absent at their defaults, so that older runs resume
         optional = {"side": self.side} if self.side != "all" else {}
         optional |= {"p_select": self.p_select} if self.p_select != "any" else {}
+        optional |= {"order": self.order} if self.order != "shuffled" else {}
         return {"format": FORMAT, "p_positions": self.p_positions, "a_samples": self.a_samples, "seed": self.seed,
                 "pgn": pgn, "label_limit": self.label_limit.key(), "selfplay_limit": self.selfplay.limit.key(),
                 "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES, **optional}
@@ -137,7 +143,7 @@ class GenerateConfig:
         parts += [f"--processes {self.processes}"] if self.processes is not None else []
         defaults = GenerateConfig(out=self.out)
         parts += [f"--{name.replace('_', '-')} {getattr(self, name)}" for name in ("selfplay_nodes", "temperature",
-                  "shard_size", "side", "p_select") if getattr(self, name) != getattr(defaults, name)]
+                  "shard_size", "side", "p_select", "order") if getattr(self, name) != getattr(defaults, name)]
         return " ".join(parts)
 
 
@@ -248,7 +254,8 @@ class _Run:
             analyses = self.pool.analyse([fen for fen, _ in chunk], self.config.label_limit, MULTIPV)
             for analysis, (_, game) in zip(analyses, chunk):
                 if analysis.moves:  # a position before a game move always has one; guard a bad PGN
-                    order = [int(i) for i in rng.permutation(len(analysis.moves))]
+                    # drawn in both orders, so that both make the same games and positions
+                    order = display_order(rng.permutation(len(analysis.moves)), self.config.order)
                     labelled.append((p_sample(analysis, order, {"game": game}), order))
             self.progress.advance(self.task_id, len(chunk))
         return labelled
@@ -328,7 +335,7 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
     return {
         "format": FORMAT, "command": config.command(), "seed": config.seed, "created": started,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
-        "counts": counts, "eval_fraction": EVAL_FRACTION, "side": config.side,
+        "counts": counts, "eval_fraction": EVAL_FRACTION, "side": config.side, "order": config.order,
         "games": sum(s["games"] for s in shards.values()), "plies": sum(s["plies"] for s in shards.values()),
         "positions_from": "pgn" if config.pgn else "stockfish self-play",
         "stockfish": {"engine": engine, "label_limit": config.label_limit.key(), "multipv": MULTIPV,

@@ -16,6 +16,17 @@ from rookworld.data.cases import classify_a
 from rookworld.data.position import position_meta
 
 TASKS = ("P", "A")
+# How a P target lists its M:/E: candidates: shuffled together (RookWorld's own data), or in the engine's ranking,
+# best first (so `B:` repeats the first `M:` move). Parsers, rewards and metrics read both.
+ORDERS = ("shuffled", "best-first")
+
+
+def display_order(ranked: Sequence[int], order: str) -> list[int]:
+    """A P target's display order: `ranked` (a permutation of the ranked moves' indices) as it is for `shuffled`,
+    sorted (the ranking) for `best-first`."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: choose one of {', '.join(ORDERS)}")
+    return [int(i) for i in (sorted(ranked) if order == "best-first" else ranked)]
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """`rookworld data relabel --data DIR --out NEW [--depth D | --nodes N]`: a generated dataset, P labels searched again.
 
-The positions, A samples, game ids (so the train/eval split) and record order stay; every P record gets
-the engine's multipv-5 analysis at the new limit. Its display order (`s`, how `M:` and `E:` are shuffled)
-is kept: a random permutation stays random against the new ranking; a position whose line count changed
-(a Stockfish version that returns fewer lines) gets a permutation drawn from the position itself, so a
-rerun gives the same bytes. Like `generate`, the work goes shard by shard, each written atomically and
-recorded in `progress.json`, so an interrupted run continues where it stopped. The new `manifest.json` is
-the source's with the new label limit and a `relabel` entry naming the source and its old limit.
+The positions, A samples, game ids (so the train/eval split) and record order stay; every P record gets the
+engine's multipv-5 analysis at the new limit. Its display order (`s`, how `M:` and `E:` are listed) is kept: a
+random permutation stays random against the new ranking, best-first stays best first; a shuffled position
+whose line count changed (a Stockfish version that returns fewer lines) gets a permutation drawn from the
+position itself, so a rerun gives the same bytes. Like `generate`, the work goes shard by shard, each written
+atomically and recorded in `progress.json`, so an interrupted run continues where it stopped. The new
+`manifest.json` is the source's with the new label limit and a `relabel` entry naming the source and its old
+limit.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class RelabelConfig:
         return " ".join(parts)
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[dict[str, Any]]:
     """The compact records of a source shard; UserError naming the shard (and line) that cannot be read."""
     records = []
     for where, row in file_rows(path):
@@ -70,21 +71,27 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _order(fen: str, old: list[int], n: int) -> list[int]:
-    """The display order of a relabelled P record: the old one when the line count is unchanged."""
-    if sorted(old) == list(range(n)):
-        return old
+def position_permutation(fen: str, n: int) -> list[int]:
+    """A shuffled display order of `n` candidates drawn from the position itself (the same on every run)."""
     return [int(i) for i in np.random.default_rng(stable_hash(position_key(fen))).permutation(n)]
 
 
-def _source(data: Path) -> tuple[dict[str, Any], list[Path]]:
+def _order(fen: str, old: list[int], n: int) -> list[int]:
+    """The display order of a relabelled P record: the old one when the line count is unchanged; else best first
+    again when it was, or a new permutation."""
+    if sorted(old) == list(range(n)):
+        return old
+    return list(range(n)) if old == sorted(old) else position_permutation(fen, n)
+
+
+def read_source(data: Path) -> tuple[dict[str, Any], list[Path]]:
     """The source's manifest and shard files; UserError when `data` is not generated data."""
     if not (data / MANIFEST).is_file():
-        raise UserError(f"{data} is not a `rookworld data generate` directory (no {MANIFEST}); relabel works on "
-                        "generated data, whose P records keep their position and analysis")
+        raise UserError(f"{data} is not a `rookworld data generate` directory (no {MANIFEST}); relabel and render "
+                        "work on generated data, whose P records keep their position and analysis")
     shards = sorted(data.glob("shard-*.jsonl.gz"))
     if not shards:
-        raise UserError(f"{data} has no shard-*.jsonl.gz files to relabel")
+        raise UserError(f"{data} has no shard-*.jsonl.gz files")
     return _manifest(data / MANIFEST), shards
 
 
@@ -103,7 +110,7 @@ def _manifest(path: Path) -> dict[str, Any]:
 def relabel(config: RelabelConfig) -> dict[str, Any]:
     """Write (or finish) the relabelled copy of config.data in config.out; returns its manifest."""
     data, out = Path(config.data), Path(config.out)
-    source_manifest, shards = _source(data)
+    source_manifest, shards = read_source(data)
     limit = config.label_limit
     fingerprint = {"format": source_manifest.get("format"), "source": str(data.resolve()),
                    "source_created": source_manifest.get("created"), "label_limit": limit.key(),
@@ -120,7 +127,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
             if path.name in done:
                 continue
             began = time.perf_counter()
-            records = _read_records(path)
+            records = read_records(path)
             p_rows = [r for r in records if r.get("t") == "P"]
             bar.update(task, description=f"{path.name}: labelling")
             for start in range(0, len(p_rows), LABEL_CHUNK):

@@ -1,0 +1,64 @@
+"""`rookworld data render --data DIR --out NEW --order best-first|shuffled`: a generated dataset with its P
+targets listing their candidates in another order.
+
+A generated P record keeps the ranked analysis and its display order (`s`), so no engine runs: every P
+record's order becomes the ranking (best-first: `B:` repeats the first `M:` move) or a permutation drawn from
+the position itself (shuffled, as RookWorld's data lists them; the same bytes on every run). Positions,
+analyses, A samples and game ids (so the split) stay as they are. The new `manifest.json` is the source's
+with the new order and a `render` entry naming the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rookworld.data import store
+from rookworld.data.generate import MANIFEST
+from rookworld.data.record import ORDERS
+from rookworld.data.relabel import position_permutation, read_records, read_source
+from rookworld.errors import UserError
+from rookworld.fsutil import output_dir
+
+
+@dataclass
+class RenderConfig:
+    data: str = field(default="", metadata={"help": "a `rookworld data generate` directory (with manifest.json), "
+                                            "required"})
+    out: str = field(default="", metadata={"help": "output directory (new or empty), required"})
+    order: str = field(default="best-first", metadata={"help": "how P targets list their M:/E: candidates: "
+                                                        "best-first (the engine's ranking) or shuffled"})
+
+    def __post_init__(self) -> None:
+        if not self.data or not self.out:
+            raise ValueError("--data DIR and --out DIR are required")
+        if Path(self.data).resolve() == Path(self.out).resolve():
+            raise ValueError("--out must differ from --data: the source stays as it is")
+        if self.order not in ORDERS:
+            raise ValueError(f"--order {self.order!r}: choose one of {', '.join(ORDERS)}")
+
+
+def _ordered(record: dict[str, Any], order: str) -> dict[str, Any]:
+    if record.get("t") != "P":
+        return record
+    n = len(record["m"])
+    return {**record, "s": list(range(n)) if order == "best-first" else position_permutation(record["fen"], n)}
+
+
+def render(config: RenderConfig) -> dict[str, Any]:
+    """Write the re-rendered copy of config.data in config.out; returns its manifest."""
+    data, out = Path(config.data), Path(config.out)
+    source_manifest, shards = read_source(data)
+    output_dir(out, "--out")
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"--out {out} is not empty; render into a new or empty directory")
+    out.mkdir(parents=True, exist_ok=True)
+    for path in shards:
+        store.write_jsonl_gz(out / path.name, [_ordered(r, config.order) for r in read_records(path)])
+    manifest = {**source_manifest, "order": config.order,
+                "command": f"rookworld data render --data {config.data} --out {config.out} --order {config.order}",
+                "render": {"source": str(data), "source_command": source_manifest.get("command"),
+                           "source_order": source_manifest.get("order", "shuffled")}}
+    store.write_json(out / MANIFEST, manifest)
+    return manifest
