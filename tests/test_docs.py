@@ -1,6 +1,5 @@
-"""Every relative link in the README and docs/ names a file that exists and, after '#', a heading in it.
-
-The docs cross-link dated sections by their headings' anchors; a renamed heading breaks them silently.
+"""Every relative link in the README and docs/ names a file that exists and, after '#', a heading in it (a renamed
+heading breaks its links silently); and the pages name no local path of a build machine and no issue number.
 """
 
 import functools
