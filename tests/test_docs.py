@@ -74,9 +74,9 @@ def leaks(text: str) -> list[str]:
 
 
 def test_leaks_finds_local_paths_and_issue_numbers_not_system_paths_or_anchors():
-    assert leaks("git clone -q /work/main repo\nsee ~/x and /home/me/x, `/tmp/run`, /Users/a/b, /root/.cache/x")
+    assert len(leaks("git clone -q /mnt/ci/repo r\n/home/me/x, `/tmp/run`, /Users/a/b, /root/.cache/x")) == 5
     assert len(leaks("Issue 18's targets\nissue #19\nfixed in #18.\nPR 7")) == 4
-    assert leaks("Stockfish at /usr/games/stockfish, `/proc/cpuinfo`, /dev/null, runs/tmp/x, $HOME/work/y") == []
+    assert leaks("Stockfish at /usr/games/stockfish, `/proc/cpuinfo`, /dev/null, runs/tmp/x, $HOME/tmp/y") == []
     assert leaks("[a](results.md#32-prompts) [b](#18-steps) C# &#123; 2 #s") == []
 
 
