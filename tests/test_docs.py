@@ -1,6 +1,5 @@
-"""Every relative link in the README and docs/ names a file that exists and, after '#', a heading in it.
-
-The docs cross-link dated sections by their headings' anchors; a renamed heading breaks them silently.
+"""Every relative link in the README and docs/ names a file that exists and, after '#', a heading in it (a renamed
+heading breaks its links silently); and the pages name no local path of a build machine and no issue number.
 """
 
 import functools
@@ -59,3 +58,28 @@ def test_every_relative_link_and_anchor_resolves():
             elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
                 broken.append(f"{page.name}: {target} (no heading with that anchor in {linked.name})")
     assert not broken, "\n".join(broken)
+
+
+LOCAL_PATH = re.compile(r"(?<![\w.~$-])/(?:work|home|root|tmp|Users|mnt|scratch|private|var/folders)/")
+TRACKER_REF = re.compile(r"\bissues?\s+#?\d+|\bPR\s+#?\d+|(?<![\w(/&#])#\d+(?![\w-])", re.IGNORECASE)
+
+
+def leaks(text: str) -> list[str]:
+    """Absolute paths of a build machine's own files (not system paths such as /usr/games/stockfish) and
+    references to a tracker's issues, each with its line: the pages speak of the project only."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        found += [f"line {number}: {m.group(0)!r}" for rx in (LOCAL_PATH, TRACKER_REF) for m in rx.finditer(line)]
+    return found
+
+
+def test_leaks_finds_local_paths_and_issue_numbers_not_system_paths_or_anchors():
+    assert len(leaks("git clone -q /mnt/ci/repo r\n/home/me/x, `/tmp/run`, /Users/a/b, /root/.cache/x")) == 5
+    assert len(leaks("Issue 18's targets\nissue #19\nfixed in #18.\nPR 7")) == 4
+    assert leaks("Stockfish at /usr/games/stockfish, `/proc/cpuinfo`, /dev/null, runs/tmp/x, $HOME/tmp/y") == []
+    assert leaks("[a](results.md#32-prompts) [b](#18-steps) C# &#123; 2 #s") == []
+
+
+def test_pages_name_no_local_path_and_no_issue_number():
+    found = [f"{page.name} {leak}" for page in PAGES for leak in leaks(page.read_text())]
+    assert not found, "\n".join(found)

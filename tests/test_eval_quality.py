@@ -269,7 +269,7 @@ def test_split_scores_the_eval_rows_by_default_and_every_row_with_all(tmp_path, 
         printed = capsys.readouterr().out
         said = printed.splitlines()[0]
         which = "--split all" if split == "all" else f"the {split or 'eval'} split; --split all scores every row"
-        assert said == f"scoring {scored} of 12 rows of {data} ({which})"
+        assert said == f"scoring {scored} of 12 rows of {data} ({which}): {scored // 4} P + {scored - scored // 4} A"
         (result,) = json.loads(out.read_text()).values()
         assert result["count/P"] + result["count/A"] == scored and result["P/acpl/n"] == scored // 4
         assert "P/acpl/se" in result and f"(n={scored // 4})" in printed
@@ -311,7 +311,10 @@ def test_sampled_eval_flags_limit_and_markdown(tmp_path, fixtures_dir, capsys):
     for name, flags in runs.items():
         out, markdown = tmp_path / f"{name}.json", tmp_path / f"{name}.md"
         assert cli.main(common + flags + ["--out", str(out), "--markdown", str(markdown)]) == 0
-        assert capsys.readouterr().out.startswith(f"scoring the first 6 rows of the all split of {data} (--limit 6)")
+        seed = flags[-1] if "--seed" in flags else "0"
+        assert capsys.readouterr().out.startswith(
+            f"scoring 6 of the 12 rows of the all split of {data}, each task in its share (--limit 6, --seed {seed}): "
+            "2 P + 4 A\n")
         ((model, results[name]),) = json.loads(out.read_text()).items()
         table = markdown.read_text().splitlines()
         assert table[0] == f"| metric | {model} |" and any(line.startswith("| A/exact | ") for line in table)

@@ -10,7 +10,9 @@ import torch
 from rookworld import cli, metrics, text
 from rookworld.analysis import Analysis
 from rookworld.data.record import Sample, a_sample
-from rookworld.evaluate import EvalConfig, complete, evaluate_completions, markdown_table
+from rookworld.data.rows import from_line
+from rookworld.data.sources import load_source
+from rookworld.evaluate import EvalConfig, complete, evaluate_completions, limited, markdown_table, task_mix
 
 FEN = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
 ANALYSIS = Analysis(FEN, ("f1b5", "d2d4", "f1c4", "b1c3", "d2d3"), (0.45, 0.4, 0.3, 0.2, 0.1), "depth=10")
@@ -181,6 +183,41 @@ def test_eval_command_scores_a_predictions_file(tmp_path, capsys):
     assert result["A/exact/se"] == pytest.approx(0.5) and result["A/exact/n"] == 2  # sqrt(p (1 - p) / (n - 1))
 
 
+def test_limit_draws_each_task_in_its_share_by_seed():
+    """The rows `eval --limit 600` scores of the embedded eval split (1,500 P rows, then 5,000 A rows)."""
+    samples = load_source("embedded", "eval").samples
+    assert task_mix(samples) == "1,500 P + 5,000 A"
+    rows = limited(samples, 600, seed=0)
+    assert task_mix([samples[i] for i in rows]) == "138 P + 462 A"  # the split's mix, not its first 600 rows
+    assert rows == sorted(set(rows)) and rows == limited(samples, 600, seed=0)  # in order, seeded
+    other = limited(samples, 600, seed=1)
+    assert task_mix([samples[i] for i in other]) == "138 P + 462 A" and len(set(other) & set(rows)) < 100
+    assert limited(samples, 6500, seed=0) == limited(samples, None, seed=0) == list(range(6500))
+
+
+@pytest.mark.stockfish
+def test_eval_limit_scores_a_seeded_share_of_each_task_and_says_so(tmp_path, fixtures_dir, capsys):
+    p_rows, a_rows = ([from_line(line) for line in (fixtures_dir / name).read_text().splitlines()[:n]]
+                      for name, n in (("rook_val_sample.txt", 8), ("a_openings.txt", 32)))
+    rows = [{"prompt": s.prompt, "completion": ""} for s in p_rows]
+    for i, s in enumerate(a_rows):  # every third A answer right: which rows are drawn shows in A/exact
+        rows.append({"prompt": s.prompt, "completion": s.target if i % 3 == 0 else ""})
+    path = tmp_path / "pred.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    results = {}
+    for seed in (0, 0, 1):
+        out = tmp_path / f"seed{seed}.json"
+        assert cli.main(["eval", "--predictions", str(path), "--limit", "10", "--seed", str(seed), "--out", str(out),
+                         "--processes", "1"]) == 0
+        said = capsys.readouterr().out.splitlines()[0]
+        assert said == f"scoring 10 of the 40 rows of {path}, each task in its share (--limit 10, --seed {seed}): " \
+                       "2 P + 8 A"
+        result = results.setdefault(seed, json.loads(out.read_text())["pred.jsonl"])
+        assert result == json.loads(out.read_text())["pred.jsonl"]  # the same rows for the same seed
+        assert result["count/P"] == 2 and result["count/A"] == 8
+    assert results[0]["A/exact"] != results[1]["A/exact"]  # another seed, other rows
+
+
 @pytest.mark.stockfish
 def test_eval_command_bad_predictions_file_is_one_line(tmp_path, capsys):
     path = tmp_path / "pred.jsonl"
@@ -230,7 +267,6 @@ def test_forced_choice_gives_the_target_up_to_b_and_scores_the_greedy_move():
 
 
 def test_model_values_report_the_forced_choice_of_every_p_prompt():
-    from rookworld.data.sources import load_source
     from rookworld.evaluate import model_values
     from rookworld.hub import load_model, resolve_default_model
 
@@ -249,7 +285,6 @@ def test_a_labels_as_drafts_give_the_same_greedy_completions(monkeypatch):
     from dataclasses import replace
 
     from rookworld import evaluate
-    from rookworld.data.sources import load_source
     from rookworld.hub import load_model, resolve_default_model
 
     parser = argparse.ArgumentParser()

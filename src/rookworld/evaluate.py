@@ -42,8 +42,8 @@ class EvalConfig:
     samples: int = field(default=1, metadata={"help": "completions per prompt; > 1 samples and adds pass@n"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature when --samples > 1"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus mass when --samples > 1"})
-    seed: int = field(default=0, metadata={"help": "seed of the sampling stream when --samples > 1, and of the "
-                                                   "self-play openings"})
+    seed: int = field(default=0, metadata={"help": "seed of the sampling stream when --samples > 1, of the "
+                                                   "self-play openings and of the rows --limit draws"})
     self_play: int = field(default=0, metadata={
         "help": "also play N greedy games of the model against itself, each from seeded random opening plies and "
                 "stopped at its first illegal move: selfplay/legal_half_moves (0: none)"})
@@ -301,7 +301,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "5%% of a local source, a hub dataset's test split), train or all")
     parser.add_argument("--predictions", help="JSONL with prompt, completion (optional target): score these "
                         "completions instead of a model's")
-    parser.add_argument("--limit", type=int, help="evaluate the first N samples")
+    parser.add_argument("--limit", type=int, help="score N rows drawn at random (by --seed) from the split or "
+                        "the predictions, each task in its share of them (default: every row)")
     parser.add_argument("--out", help="write the metrics as JSON to this file")
     parser.add_argument("--markdown", help="write the metrics table as Markdown to this file")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
@@ -404,24 +405,46 @@ def markdown_table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def scope_line(found: SampleSet, limit: int | None) -> str:
-    """Which rows of the source are scored: of a local source, how many of the rows it holds."""
+def limited(samples: Sequence[Sample], limit: int | None, seed: int) -> list[int]:
+    """Indices, in order, of the rows `--limit` scores: every row, or `limit` of them drawn at random (seeded)
+    with each task in its share of the rows (batches.proportional_counts)."""
+    from rookworld.data.batches import proportional_counts, task_picks
+
+    tasks = [s.task for s in samples]
+    if limit is None or limit >= len(tasks):
+        return list(range(len(tasks)))
+    return sorted(task_picks(tasks, proportional_counts(tasks, limit), seed))
+
+
+def task_mix(samples: Sequence[Sample]) -> str:
+    return " + ".join(f"{sum(s.task == task for s in samples):,} {task}" for task in ("P", "A"))
+
+
+def drawn_line(scored: Sequence[Sample], rows: int, where: str, limit: int | None, seed: int) -> str:
+    return (f"scoring {len(scored):,} of the {rows:,} rows of {where}, each task in its share "
+            f"(--limit {limit}, --seed {seed}): {task_mix(scored)}")
+
+
+def scope_line(found: SampleSet, scored: Sequence[Sample], limit: int | None, seed: int) -> str:
+    """Which rows of the source are scored: of a local source, how many of the rows it holds; with --limit,
+    how many of the split's rows were drawn, by which seed; then how many of each task."""
     n, report = len(found.samples), found.report
-    if found.eval_fraction is None:  # a hub dataset: its own split, streamed (its size is unknown here)
-        return f"scoring {n} rows of the {found.split} split of {found.source}"
-    if limit is not None and n == limit:  # reading stopped there: the rest of the source is unread
-        return f"scoring the first {n} rows of the {found.split} split of {found.source} (--limit {limit})"
+    if len(scored) < n:
+        return drawn_line(scored, n, f"the {found.split} split of {found.source}", limit, seed)
+    if found.eval_fraction is None:  # a hub dataset: its own split
+        return f"scoring the {n:,} rows of the {found.split} split of {found.source}: {task_mix(scored)}"
     rows = report.samples + report.other_split + report.skipped
     which = "--split all" if found.split == "all" else f"the {found.split} split; --split all scores every row"
-    return f"scoring {n} of {rows} rows of {found.source} ({which})"
+    return f"scoring {n:,} of {rows:,} rows of {found.source} ({which}): {task_mix(scored)}"
 
 
-def _load_samples(args: argparse.Namespace) -> list[Sample]:
+def _load_samples(args: argparse.Namespace, seed: int) -> list[Sample]:
     from rookworld.data.sources import load_source
 
-    found = load_source(args.data, args.split or "eval", limit=args.limit)
-    print(scope_line(found, args.limit))
-    return found.samples
+    found = load_source(args.data, args.split or "eval")
+    samples = [found.samples[i] for i in limited(found.samples, args.limit, seed)]
+    print(scope_line(found, samples, args.limit, seed))
+    return samples
 
 
 def run(args: argparse.Namespace) -> int:
@@ -441,7 +464,10 @@ def run(args: argparse.Namespace) -> int:
     with StockfishPool(processes=args.processes, cache_path=args.cache) as pool:
         if args.predictions:
             samples, completions = _prediction_samples(args.predictions)
-            samples, completions = samples[:args.limit], completions[:args.limit]
+            rows = limited(samples, args.limit, cfg.seed)
+            if len(rows) < len(samples):
+                print(drawn_line([samples[i] for i in rows], len(samples), args.predictions, args.limit, cfg.seed))
+            samples, completions = [samples[i] for i in rows], [completions[i] for i in rows]
             samples = _with_analyses(samples, pool)
             results[Path(args.predictions).name] = evaluate_completions(samples, [[c] for c in completions], pool)
         else:
@@ -449,7 +475,7 @@ def run(args: argparse.Namespace) -> int:
             from rookworld.hub import load_model, resolve_default_model
             from rookworld.runtime import fast_path, pick_device
 
-            samples = _load_samples(args)
+            samples = _load_samples(args, cfg.seed)
             device = pick_device(args.device, args.threads)
             fast = fast_path(cfg.fast_decode, device)
             first: Values | None = None

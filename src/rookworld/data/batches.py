@@ -176,14 +176,33 @@ class TaskSampler:
         self._rng.bit_generator.state = state["rng"]
 
 
+def task_picks(tasks: Sequence[str], counts: dict[str, int], seed: int = 0) -> list[int]:
+    """Indices of counts[task] rows of each task ("P", then "A") drawn at random without replacement (seeded),
+    each task's in ascending order; `tasks` is the task of each row."""
+    rng = np.random.default_rng(seed)
+    picks = []
+    for task in ("P", "A"):
+        rows = [i for i, t in enumerate(tasks) if t == task]
+        picks += [rows[j] for j in sorted(rng.choice(len(rows), size=counts.get(task, 0), replace=False).tolist())]
+    return picks
+
+
 def balanced_subset(samples: Sequence[Sample], count: int, seed: int = 0) -> list[Sample]:
     """count/2 P and count/2 A samples drawn at random (seeded), all of one task when the other runs
     short. Random, not the first ones: generated files list each shard's rare A cases first."""
-    rng = np.random.default_rng(seed)
-    by_task = {task: [s for s in samples if s.task == task] for task in ("P", "A")}
-    n_p = min(len(by_task["P"]), max(count // 2, count - len(by_task["A"])))
-    chosen = []
-    for task, n in (("P", n_p), ("A", min(count - n_p, len(by_task["A"])))):
-        picks = sorted(rng.choice(len(by_task[task]), size=n, replace=False).tolist())
-        chosen += [by_task[task][i] for i in picks]
-    return chosen
+    sizes = {task: sum(s.task == task for s in samples) for task in ("P", "A")}
+    n_p = min(sizes["P"], max(count // 2, count - sizes["A"]))
+    counts = {"P": n_p, "A": min(count - n_p, sizes["A"])}
+    return [samples[i] for i in task_picks([s.task for s in samples], counts, seed)]
+
+
+def proportional_counts(tasks: Sequence[str], count: int) -> dict[str, int]:
+    """How many of `count` rows (at most all) each task gets in proportion to its share of `tasks`: the
+    floor of each share, the rows left over to the largest remainders (P first on a tie)."""
+    count, total = min(count, len(tasks)), len(tasks)
+    sizes = {task: sum(t == task for t in tasks) for task in ("P", "A")}
+    counts = {task: count * n // total for task, n in sizes.items()}
+    by_remainder = sorted(sizes, key=lambda task: -(count * sizes[task] % total))
+    for task in by_remainder[:count - sum(counts.values())]:
+        counts[task] += 1
+    return counts
