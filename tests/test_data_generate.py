@@ -17,6 +17,7 @@ from rookworld import arbiter, cli, text
 from rookworld.data.cases import mating_moves
 from rookworld.data.generate import PROGRESS, GenerateConfig, generate, shard_name
 from rookworld.data.position import position_key
+from rookworld.data.selfplay import SelfPlayConfig, play_games, random_opening
 from rookworld.data.sources import load_files
 from rookworld.data.splits import game_fraction, sample_split, split_of
 from rookworld.data.stats import tally
@@ -234,6 +235,27 @@ def test_p_select_mate_in_one_keeps_only_positions_with_a_mate(tmp_path):
     assert manifest["command"].endswith("--p-select mate-in-one")
 
 
+def test_weaker_play_longer_openings_and_checks_shape_the_games_and_positions(tmp_path):
+    # every move random: no engine search is needed at all, so no pool is given
+    rng = np.random.default_rng(0)
+    random_games = play_games(None, 6, rng, SelfPlayConfig(random_move_rate=1.0, max_plies=40))
+    assert all(len(game.moves) >= 20 for game in random_games)  # random games rarely end before 40 plies
+    openings = [len(list(random_opening(np.random.default_rng(i), SelfPlayConfig(max_random_plies=30)).move_stack))
+                for i in range(40)]
+    assert min(openings) >= 2 and max(openings) > 8 and max(openings) <= 30
+    # positions in check: all kept as P candidates, or none
+    common = dict(p_positions=60, a_samples=0, seed=4, depth=2, selfplay_nodes=100, processes=2, max_opening_plies=12,
+                  random_move_rate=0.3)
+    checks = {}
+    for keep in (0.0, 1.0):
+        out = tmp_path / f"keep{keep}"
+        manifest = generate(GenerateConfig(out=str(out), p_keep_check=keep, **common))
+        checks[keep] = sum(chess.Board(s.fen).is_check() for s in load_files(out, "all").samples)
+        assert f"--p-keep-check {keep}" in manifest["command"] and "--random-move-rate 0.3" in manifest["command"]
+        assert manifest["stockfish"]["selfplay_random_move_rate"] == 0.3
+    assert checks[0.0] == 0 and checks[1.0] > 0
+
+
 def test_the_mate_in_one_fixture_is_what_its_manifest_says(fixtures_dir):
     found = load_files(fixtures_dir / "mate_in_one", "all")
     manifest = json.loads((fixtures_dir / "mate_in_one" / "manifest.json").read_text())
@@ -263,6 +285,10 @@ def test_missing_or_empty_pgn_files_and_a_file_as_out_are_refused_before_any_wor
     (["--temperature", "-1"], "--temperature finite and >= 0; got 4000, 1000, -1.0"),
     (["--seed", "-1"], "--seed -1: must be >= 0"),
     (["--p-select", "mates"], "--p-select 'mates': choose one of any, mate-in-one"),
+    (["--random-move-rate", "1.5"], "--random-move-rate and --p-keep-check are chances from 0 to 1; got 1.5, 0.4"),
+    (["--p-keep-check", "-0.1"], "--random-move-rate and --p-keep-check are chances from 0 to 1; got 0.0, -0.1"),
+    (["--max-opening-plies", "1"], "--max-opening-plies 1: must be >= 2"),
+    (["--order", "ranked"], "--order 'ranked': choose one of shuffled, best-first"),
 ])
 def test_bad_generate_flags_are_one_clear_line(flags, message, tmp_path, capsys):
     assert cli.main(["data", "generate", "--out", str(tmp_path / "out"), "--p-positions", "2", *flags]) == 2

@@ -58,6 +58,8 @@ P_KEEP = 0.4  # chance that a new game position becomes a P candidate: spreads P
 P_SELECT = {"any": P_KEEP, "mate-in-one": 0.01}  # the share of positions kept, to size each round's games
 # Game moves fill the A samples that rare cases leave (about 75%); the margin covers repeated prompts.
 A_PLIES = 1.0 - sum(RARE_SHARES.values()) + 0.05
+# Settings a data job's fingerprint names only when they differ from the default (so that older runs resume)
+OPTIONAL_FIELDS = ("side", "p_select", "order", "random_move_rate", "max_opening_plies", "p_keep_check")
 MAX_GAMES_PER_ROUND = 16  # games played in lockstep (a fixed count: the data must not depend on --processes)
 PLIES_PER_GAME = 100  # a rough mean, to play about as many games as a shard still needs
 LABEL_CHUNK = 32  # positions per pool call while labelling (progress granularity)
@@ -78,6 +80,12 @@ class GenerateConfig:
     selfplay_nodes: int = field(default=1000, metadata={"help": "search nodes per self-play move"})
     temperature: float = field(default=0.3, metadata={"help": "self-play softmax temperature over multipv "
                                                       "evals, in pawns (0: best move)"})
+    random_move_rate: float = field(default=0.0, metadata={"help": "chance that a self-play move after the opening "
+                                                           "is a uniformly random legal move (weaker play)"})
+    max_opening_plies: int = field(default=8, metadata={"help": "self-play games open with 2 to this many uniformly "
+                                                        "random plies"})
+    p_keep_check: float = field(default=P_KEEP, metadata={"help": "chance that a position in check becomes a P "
+                                                          f"sample (other positions: {P_KEEP}; with --p-select any)"})
     shard_size: int = field(default=4000, metadata={"help": "samples per shard (the unit of resuming)"})
     side: str = field(default="all", metadata={"help": "make only the train or eval side of the split by game "
                                                 "(all: both)"})
@@ -103,6 +111,14 @@ class GenerateConfig:
                              f"{self.shard_size}, {self.selfplay_nodes}, {self.temperature}")
         if self.seed < 0:
             raise ValueError(f"--seed {self.seed}: must be >= 0")
+        if not 0 <= self.random_move_rate <= 1 or not 0 <= self.p_keep_check <= 1:
+            raise ValueError(f"--random-move-rate and --p-keep-check are chances from 0 to 1; got "
+                             f"{self.random_move_rate}, {self.p_keep_check}")
+        if self.max_opening_plies < SelfPlayConfig.min_random_plies:
+            raise ValueError(f"--max-opening-plies {self.max_opening_plies}: must be >= "
+                             f"{SelfPlayConfig.min_random_plies}")
+        if self.pgn and (self.random_move_rate or self.max_opening_plies != SelfPlayConfig.max_random_plies):
+            raise ValueError("--random-move-rate and --max-opening-plies shape self-play games; drop them with --pgn")
         if self.side not in SPLITS:
             raise ValueError(f"--side {self.side!r}: choose one of {', '.join(SPLITS)}")
         if self.p_select not in P_SELECT:
@@ -117,7 +133,8 @@ class GenerateConfig:
 
     @property
     def selfplay(self) -> SelfPlayConfig:
-        return SelfPlayConfig(limit=Limit(nodes=self.selfplay_nodes), temperature=self.temperature)
+        return SelfPlayConfig(limit=Limit(nodes=self.selfplay_nodes), temperature=self.temperature,
+                              max_random_plies=self.max_opening_plies, random_move_rate=self.random_move_rate)
 
     @property
     def shards(self) -> int:
@@ -127,9 +144,7 @@ class GenerateConfig:
         """Everything that decides the data (not --out, --processes or the binary's path)."""
         pgn = [{"path": str(Path(p).resolve()), "bytes": Path(p).stat().st_size} for p in self.pgn]
         # absent at their defaults, so that older runs resume
-        optional = {"side": self.side} if self.side != "all" else {}
-        optional |= {"p_select": self.p_select} if self.p_select != "any" else {}
-        optional |= {"order": self.order} if self.order != "shuffled" else {}
+        optional = self.changed(OPTIONAL_FIELDS)
         return {"format": FORMAT, "p_positions": self.p_positions, "a_samples": self.a_samples, "seed": self.seed,
                 "pgn": pgn, "label_limit": self.label_limit.key(), "selfplay_limit": self.selfplay.limit.key(),
                 "temperature": self.temperature, "shard_size": self.shard_size, "rare_shares": RARE_SHARES, **optional}
@@ -141,10 +156,14 @@ class GenerateConfig:
         parts += [f"--depth {self.depth}"] if self.depth is not None else []
         parts += [f"--nodes {self.nodes}"] if self.nodes is not None else []
         parts += [f"--processes {self.processes}"] if self.processes is not None else []
-        defaults = GenerateConfig(out=self.out)
-        parts += [f"--{name.replace('_', '-')} {getattr(self, name)}" for name in ("selfplay_nodes", "temperature",
-                  "shard_size", "side", "p_select", "order") if getattr(self, name) != getattr(defaults, name)]
+        changed = self.changed(("selfplay_nodes", "temperature", "shard_size", *OPTIONAL_FIELDS))
+        parts += [f"--{name.replace('_', '-')} {value}" for name, value in changed.items()]
         return " ".join(parts)
+
+    def changed(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """The fields among `names` that differ from their defaults, with their values."""
+        defaults = GenerateConfig(out=self.out)
+        return {name: getattr(self, name) for name in names if getattr(self, name) != getattr(defaults, name)}
 
 
 def label_limit(depth: int | None, nodes: int | None) -> Limit:
@@ -214,7 +233,9 @@ class _Run:
     def _p_candidate(self, fen: str, rng: np.random.Generator) -> bool:
         if self.config.p_select == "mate-in-one":
             return bool(mating_moves(chess.Board(fen)))
-        return rng.random() < P_KEEP
+        keep = self.config.p_keep_check if self.config.p_keep_check != P_KEEP and chess.Board(fen).is_check() \
+            else P_KEEP
+        return rng.random() < keep
 
     def _collect(self, rng: np.random.Generator, shard: int, n_p: int, n_a: int,
                  label: str) -> tuple[list[list[Ply]], list[tuple[str, str]]]:
@@ -339,7 +360,10 @@ def _manifest(config: GenerateConfig, progress: dict[str, Any], engine: str, sta
         "games": sum(s["games"] for s in shards.values()), "plies": sum(s["plies"] for s in shards.values()),
         "positions_from": "pgn" if config.pgn else "stockfish self-play",
         "stockfish": {"engine": engine, "label_limit": config.label_limit.key(), "multipv": MULTIPV,
-                      "selfplay_limit": config.selfplay.limit.key(), "selfplay_temperature": config.temperature},
+                      "selfplay_limit": config.selfplay.limit.key(), "selfplay_temperature": config.temperature,
+                      "selfplay_random_move_rate": config.random_move_rate,
+                      "selfplay_opening_plies": [SelfPlayConfig.min_random_plies, config.max_opening_plies]},
+        "p_keep": P_KEEP, "p_keep_check": config.p_keep_check,
         "a_rare_shares": RARE_SHARES, "seconds": seconds,
         # P: per second of labelling, A: per second of building; overall: all samples per second of all work
         "samples_per_second": {"P": _rate(counts["task"].get("P", 0), seconds["label"]),
