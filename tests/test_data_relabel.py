@@ -134,3 +134,4 @@ def test_a_changed_line_count_gets_an_order_drawn_from_the_position():
     assert _order(fen, [2, 0, 1], 3) == [2, 0, 1]
     drawn = _order(fen, [2, 0, 1, 4, 3], 3)
     assert sorted(drawn) == [0, 1, 2] and _order(fen, [0], 3) == drawn
+    assert _order(fen, [0, 1, 2, 3, 4], 3, "best-first") == [0, 1, 2]  # best-first data stays best first

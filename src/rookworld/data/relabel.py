@@ -76,12 +76,12 @@ def position_permutation(fen: str, n: int) -> list[int]:
     return [int(i) for i in np.random.default_rng(stable_hash(position_key(fen))).permutation(n)]
 
 
-def _order(fen: str, old: list[int], n: int) -> list[int]:
-    """The display order of a relabelled P record: the old one when the line count is unchanged; else best first
-    again when it was, or a new permutation."""
+def _order(fen: str, old: list[int], n: int, order: str = "shuffled") -> list[int]:
+    """The display order of a relabelled P record: the old one when the line count is unchanged; else, in data of
+    the `order` best-first, the ranking, or a new permutation."""
     if sorted(old) == list(range(n)):
         return old
-    return list(range(n)) if old == sorted(old) else position_permutation(fen, n)
+    return list(range(n)) if order == "best-first" else position_permutation(fen, n)
 
 
 def read_source(data: Path) -> tuple[dict[str, Any], list[Path]]:
@@ -120,6 +120,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
     done: dict[str, Any] = state["shards"]
     started = state.setdefault("started", datetime.now(UTC).isoformat(timespec="seconds"))
     total = source_manifest["counts"]["task"].get("P", 0)
+    order = source_manifest.get("order", "shuffled")
     with StockfishPool(processes=config.processes, binary=config.stockfish, cache_path=config.cache) as pool, \
             progress_bar() as bar:
         task = bar.add_task("P positions", total=total, completed=sum(s["P"] for s in done.values()))
@@ -134,7 +135,7 @@ def relabel(config: RelabelConfig) -> dict[str, Any]:
                 chunk = p_rows[start:start + LABEL_CHUNK]
                 for record, analysis in zip(chunk, pool.analyse([r["fen"] for r in chunk], limit, MULTIPV)):
                     record.update(m=list(analysis.moves), e=list(analysis.evals), l=analysis.limit,
-                                  s=_order(record["fen"], record["s"], len(analysis.moves)))
+                                  s=_order(record["fen"], record["s"], len(analysis.moves), order))
                 bar.advance(task, len(chunk))
             store.write_jsonl_gz(out / path.name, records)
             done[path.name] = {"P": len(p_rows), "A": len(records) - len(p_rows),
