@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STOCKFISH_HINT := install Stockfish (Debian/Ubuntu: apt-get install stockfish; macOS: brew install stockfish) or set ROOKWORLD_STOCKFISH=/path/to/stockfish
 
-.PHONY: setup train test lint stockfish embedded-data embedded-model
+.PHONY: setup train test lint stockfish embedded-data embedded-model sft-data
 
 setup: $(BIN)/.installed stockfish
 
@@ -57,3 +57,17 @@ embedded-model: setup
 	$(BIN)/rookworld data generate --out runs/sft-data10/gen1 --p-positions 40000 --a-samples 40000 --seed 1 --depth 10
 	mkdir -p runs/sft-data10/emb && cp src/rookworld/assets/data/train/shard-*.jsonl.gz runs/sft-data10/emb/
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage3.toml
+
+# The SFT data for a best-first base: 520,000 P positions labelled at depth 10 (multipv 5, B: = the first M:) and
+# 160,000 A samples from self-play of seeds 10-13 (none of them the embedded eval side's seed 2); seeds 11 and 13
+# play weaker games, as the model's own games are (a random move 15% of the time, openings of up to 16 random
+# plies), and keep every position in check. Then the embedded set's training side, re-rendered best-first. About
+# 10 labels a second per core: 7 hours on 2 cores. Each command resumes where it stopped: rerun `make sft-data`.
+SFT_DATA := runs/sft-data-bf
+WEAKER := --random-move-rate 0.15 --max-opening-plies 16 --p-keep-check 1
+sft-data: setup
+	$(BIN)/rookworld data generate --out $(SFT_DATA)/s10 --p-positions 130000 --a-samples 40000 --seed 10 --depth 10 --order best-first
+	$(BIN)/rookworld data generate --out $(SFT_DATA)/s11 --p-positions 130000 --a-samples 40000 --seed 11 --depth 10 --order best-first $(WEAKER)
+	$(BIN)/rookworld data generate --out $(SFT_DATA)/s12 --p-positions 130000 --a-samples 40000 --seed 12 --depth 10 --order best-first
+	$(BIN)/rookworld data generate --out $(SFT_DATA)/s13 --p-positions 130000 --a-samples 40000 --seed 13 --depth 10 --order best-first $(WEAKER)
+	test -f $(SFT_DATA)/embedded/manifest.json || $(BIN)/rookworld data render --data src/rookworld/assets/data/train --out $(SFT_DATA)/embedded --order best-first
