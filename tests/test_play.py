@@ -400,8 +400,8 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
                                    "depth": None, "opponent_model": None, "seed": 5, "max_plies": 8, "opening_plies": 0,
                                    "adjudicate": 5.0, "fallback": "random",
                                    "avoid_repetition": None, "votes": 1, "opponent_fallback": None,
-                                   "opponent_avoid_repetition": None, "opponent_votes": None,
-                                   "judge_limit": "depth=10"}
+                                   "opponent_avoid_repetition": None, "opponent_votes": None, "readout": "b",
+                                   "opponent_readout": None, "world": "rules", "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
     for timing in ("play_s", "wall_s"):

@@ -1,6 +1,6 @@
 """`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
 [--fallback random|listed] [--avoid-repetition PAWNS] [--votes K] [--readout b|first] [--opponent-fallback ...]
-[--opponent-avoid-repetition ...] [--opponent-votes K] [--opponent-readout b|first] [--out F]`
+[--opponent-avoid-repetition ...] [--opponent-votes K] [--opponent-readout b|first] [--world rules|model] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -29,6 +29,8 @@ ahead (player.py), and with --opponent-avoid-repetition a model opponent does; `
 opponent) the player samples K completions a move and plays the legal `B:` move most of them name (player.py).
 With --readout first (and --opponent-readout first) the player plays the legal move it scores highest as its
 first `M:` candidate (readout.py), so it never plays an illegal move.
+With --world model each move's next state comes from the model's own A completion (world.py), one batched A
+generation a ply: the game goes on from the states it writes, and every transition is checked by the arbiter.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 the model as a UCI engine on stdin/stdout.
 
 Any chess GUI, tournament manager or bot bridge that speaks UCI can run it. On `go` the engine finds the model's
-move (`player.ModelPlayer`) within the time `go` allows (`time_budget`): by default the legal `B:` move
+move (`player.ModelPlayer`) within the time `go` allows (`time_budget`; when it runs out, a random legal move, said in
+an `info string`): by default the legal `B:` move
 most of 8 sampled completions name, and when the model rates itself ahead by a pawn, not one that repeats an
 earlier position of the game the GUI sent (`position ... moves ...`) if one of its `M:` candidates avoids it:
 the player rules that measured strongest (docs/play.md), unlike `rookworld play`, whose defaults measure the
