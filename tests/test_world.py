@@ -12,8 +12,8 @@ from rookworld import metrics
 from rookworld.arbiter import a_target, transition
 from rookworld.cli import main
 from rookworld.evaluate import EvalConfig, self_play_values
-from rookworld.play import SELF_PLY_LIMIT, play_games
-from rookworld.player import ModelPlayer
+from rookworld.play import ILLEGAL, SELF_PLY_LIMIT, Game, RandomMover, play_games
+from rookworld.player import Choice, ModelPlayer
 from rookworld.tokenizer import Tokenizer
 from rookworld.world import (
     DRAWN,
@@ -27,6 +27,7 @@ from rookworld.world import (
     WRONG_FEN,
     WRONG_FLAGS,
     WRONG_REWARD,
+    Line,
     World,
     after,
     divergence,
@@ -90,15 +91,38 @@ def test_what_the_models_world_makes_of_a_completion():
     assert after(AFTER_E4 + "+0.001+0+1", chess.WHITE)[2] == DRAWN  # truncated ends it too
 
 
+@pytest.mark.parametrize("best, world, self_play, sent", [
+    ("e2e5", True, True, "e2e5"),  # in the model's world an illegal B: move goes to the world, which judges it
+    ("e2e5", True, False, "e2e5"),
+    ("e2e5", False, False, "g1f3"),  # in the rules' world the fallback's move replaces it
+    ("e2e5", False, True, None),  # and self-play stops at it
+    ("a1a1", True, False, "g1f3"),  # no UCI move to send: the fallback's, in self-play none
+    ("zz", True, True, None),
+    ("e2e4", True, True, "e2e4"),  # the model's own legal move, in either world
+    ("e2e4", False, True, "e2e4"),
+])
+def test_which_move_a_choice_sends_to_the_game(best, world, self_play, sent):
+    own = best == "e2e4"
+    choice = Choice(chess.Move.from_uci("e2e4" if own else "g1f3"), own, f"M: e2e4 E: 0.1 B: {best}")
+    game = Game(0, None if self_play else chess.WHITE, world=Line() if world else None)
+    game.take(choice, game.model_moves, self_play)
+    assert game.model_moves == [(START, best if own else None)]  # an illegal or missing move counts as illegal
+    played = game.world.pending if world else game.board.peek() if game.board.move_stack else None
+    assert (played and played.uci()) == sent and (game.termination == ILLEGAL) == (sent is None)
+
+
 def _garbage_model(tiny_gpt):
     tokenizer = Tokenizer.train_chess(["P: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
     return tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=160), tokenizer
 
 
-def test_a_world_writing_garbage_ends_each_game_at_its_first_transition(tiny_gpt, one_thread):
+@pytest.mark.parametrize("random_opponent", [False, True])
+def test_a_world_writing_garbage_ends_each_game_at_its_first_transition(random_opponent, tiny_gpt, one_thread):
     model, tokenizer = _garbage_model(tiny_gpt)
     player = ModelPlayer(model, tokenizer, readout="first")  # legal moves, whatever the model
-    played = play_games(player, None, games=2, max_plies=8, opening_plies=2, seed=1, world=World(model, tokenizer))
+    opponent = RandomMover(1) if random_opponent else None  # game 1: the opponent's move goes to the world
+    played = play_games(player, opponent, games=2, max_plies=8, opening_plies=2, seed=1,
+                        world=World(model, tokenizer))
     for game in played:
         (step,) = game.world.steps
         assert step.kind == MALFORMED and game.termination == UNUSABLE and game.outcome.winner is None

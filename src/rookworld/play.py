@@ -257,7 +257,12 @@ def ended(board: chess.Board) -> chess.Outcome | None:
 def written(choice) -> chess.Move | None:
     """The `B:` move of a choice's completion as written, when it is a UCI move (legal or not; not the null move)."""
     best = parse_p_completion(choice.completion).best
-    return chess.Move.from_uci(best) if best is not None and is_uci_shaped(best) else None
+    if best is None or not is_uci_shaped(best):
+        return None
+    try:
+        return chess.Move.from_uci(best)
+    except ValueError:  # a move to its own square (a1a1)
+        return None
 
 
 def step_world(world: World, games: list[Game]) -> None:
