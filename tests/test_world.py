@@ -206,5 +206,5 @@ def test_eval_refuses_world_games_with_predictions_and_below_0(tmp_path, capsys)
     predictions.write_text(json.dumps({"prompt": "P: " + START, "completion": "x"}) + "\n")
     assert main(["eval", "--predictions", str(predictions), "--world-games", "2"]) == 2
     assert "leave out --model, --split, --self-play and --world-games" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="world_games must be >= 0"):
-        EvalConfig(world_games=-1)
+    assert main(["eval", "--world-games", "-1", "--threads", "1"]) == 2
+    assert capsys.readouterr().err == "rookworld eval: error: invalid EvalConfig: world_games must be >= 0, got -1\n"

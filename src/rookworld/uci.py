@@ -203,17 +203,23 @@ class Thinker:
         if not any(board.legal_moves):
             return "bestmove 0000", []  # mate or stalemate: UCI's null move
         found: list[tuple[Choice, str]] = []
+        failed: list[BaseException] = []
         own, previous, player = board.copy(), self.worker, self.player
 
         def think() -> None:
             if previous is not None:
                 previous.join()
-            choice = player.choose([own])[0]
-            found.append((choice, choice.completion or player.complete([own])[0]))
+            try:
+                choice = player.choose([own])[0]
+                found.append((choice, choice.completion or player.complete([own])[0]))
+            except BaseException as exc:  # raised again where the answer is awaited
+                failed.append(exc)
 
         self.worker = threading.Thread(target=think, daemon=True)
         self.worker.start()
         self.worker.join(budget)
+        if failed:
+            raise failed[0]
         if not found:
             move = player.rng.choice(list(board.legal_moves))
             return f"bestmove {move.uci()}", [f"info string the model's move was not found within the {budget:.3f} s "
