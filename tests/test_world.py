@@ -174,7 +174,8 @@ def test_play_world_model_reports_the_divergence_in_json_and_pgn(tmp_path, capsy
     assert world["first_divergences"] == {kind: int(kind == WRONG_FEN) for kind in KINDS}
     assert world["a_exact"] == pytest.approx(13 / 14) and world["wrong_transitions"][WRONG_FEN] == 1
     first, second = (game["world"] for game in results["per_game"])
-    assert first == {"plies_to_divergence": 7, "transitions": 7, "exact": 7, "divergence": None}
+    assert first == {"plies_to_divergence": 7, "censored": True, "transitions": 7, "exact": 7, "divergence": None}
+    assert not second["censored"] and second["plies_to_divergence"] == 4
     assert second["divergence"]["kind"] == WRONG_FEN and second["divergence"]["move"] == "d2d4"
     assert "plies to the first divergence 5.5 ± 1.5 (1 of 2 games without one" in capsys.readouterr().out
     with open(pgn, encoding="utf-8") as handle:

@@ -126,7 +126,8 @@ class Line:
         """The game's JSON record of its course in the model's world."""
         first = self.first()
         step = None if first is None else self.steps[first]
-        return {"plies_to_divergence": self.plies_to_divergence(), "transitions": len(self.steps),
+        return {"plies_to_divergence": self.plies_to_divergence(), "censored": step is None,
+                "transitions": len(self.steps),
                 "exact": sum(s.kind is None for s in self.steps),
                 "divergence": None if step is None else {
                     "kind": step.kind, "fen": step.fen, "move": step.move, "completion": step.completion.strip(),
