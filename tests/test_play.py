@@ -150,17 +150,6 @@ def test_mate_in_one_counts_the_model_turns_with_a_mate_and_the_mates_played():
     assert summary([other], [0.0])["mate_in_one"] is None  # never on the board: no rate
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread, as `--threads 1` gives the commands: on a shared machine more threads spin."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_a_model_that_writes_garbage_has_every_move_replaced_and_counted(tiny_gpt, one_thread):
     tokenizer = Tokenizer.train_chess(["P: rnbqkp RNBQKP/ 0123456789 abcdefgh +-.MEB"], vocab_size=257)
     player = ModelPlayer(tiny_gpt(vocab_size=tokenizer.vocab_size, n_positions=96), tokenizer, seed=3)
@@ -411,8 +400,8 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
                                    "depth": None, "opponent_model": None, "seed": 5, "max_plies": 8, "opening_plies": 0,
                                    "adjudicate": 5.0, "fallback": "random",
                                    "avoid_repetition": None, "votes": 1, "opponent_fallback": None,
-                                   "opponent_avoid_repetition": None, "opponent_votes": None,
-                                   "judge_limit": "depth=10"}
+                                   "opponent_avoid_repetition": None, "opponent_votes": None, "readout": "b",
+                                   "opponent_readout": None, "world": "rules", "judge_limit": "depth=10"}
     assert results["adjudicated"] == 2 and all(g["final_eval"] is not None for g in results["per_game"])
     again, again_pgn = _play(tmp_path, "b", *flags, "--seed", "5")
     for timing in ("play_s", "wall_s"):

@@ -24,6 +24,13 @@ def mate_to_pawns(moves_to_mate: int) -> float:
     return sign * round(MATE_PAWNS - abs(moves_to_mate) / 100.0, 2)
 
 
+def pawns_to_mate(pawns: float) -> int:
+    """The moves to mate of a mate score (`mate_to_pawns`' inverse; at least 1): positive when the side to move
+    mates, negative when it is mated."""
+    moves = max(1, round((MATE_PAWNS - abs(pawns)) * 100))
+    return moves if pawns > 0 else -moves
+
+
 def is_mate_score(pawns: float) -> bool:
     return abs(pawns) >= MATE_PAWNS - 10.0
 

@@ -7,7 +7,8 @@ gets its paired change from the first on the same prompts (NAME/delta ± NAME/de
 `--samples k` draws k completions per prompt and adds best of k (pass@k, ACPL@k) and the pick of a vote among
 them (NAME@vote: maj@k, the move `rookworld play --votes k` plays). With a Stockfish pool
 the `B:` moves are judged (quality.py) in one batch per evaluation. `--self-play N` adds N greedy games of
-each model against itself (play.py), reported as selfplay/legal_half_moves. A model is also given each P
+each model against itself (play.py), reported as selfplay/legal_half_moves; `--world-games N` N such games in the
+model's own world (world.py), reported as world/plies_to_divergence and world/a_exact. A model is also given each P
 prompt's target up to `B:` (P/forced_choice: its choice from the truth's candidates). The GRPO trainer's periodic
 evaluation calls `model_values` with the same settings, and logs each evaluation's paired change from its first.
 """
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from rookworld.quality import MoveQuality
     from rookworld.stockfish import Limit
 
-PROMPT_TOKENS_MARGIN = 8  # room beyond the longest target, so a near-miss completion is not cut short
-
 
 @dataclass
 class EvalConfig:
@@ -47,6 +46,10 @@ class EvalConfig:
     self_play: int = field(default=0, metadata={
         "help": "also play N greedy games of the model against itself, each from seeded random opening plies and "
                 "stopped at its first illegal move: selfplay/legal_half_moves (0: none)"})
+    world_games: int = field(default=0, metadata={
+        "help": "also play N greedy games of the model against itself in its own world (each move's next state from "
+                "its A completion, checked by the arbiter), from the self-play openings: world/plies_to_divergence, "
+                "world/a_exact (0: none)"})
     fast_decode: bool | None = field(default=None, metadata={
         "help": "decode in bf16 from a CUDA graph (default: on with CUDA; false: fp32 eager, as on CPU)"})
     draft_a: bool = field(default=True, metadata={
@@ -60,7 +63,7 @@ class EvalConfig:
         for name in ("batch_size", "samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("seed", "self_play"):
+        for name in ("seed", "self_play", "world_games"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         check_sampling(self.temperature, self.top_p, "temperature, top_p")
@@ -72,9 +75,11 @@ class EvalConfig:
 
 def max_new_tokens(tokenizer, samples: Sequence[Sample]) -> dict[str, int]:
     """Per task, the longest target in tokens plus EOS and a margin: a right answer always fits."""
+    from rookworld.generation import TARGET_MARGIN_TOKENS
+
     limits: dict[str, int] = {}
     for sample in samples:
-        length = len(tokenizer.encode(sample.target)) + 1 + PROMPT_TOKENS_MARGIN
+        length = len(tokenizer.encode(sample.target)) + 1 + TARGET_MARGIN_TOKENS
         limits[sample.task] = max(limits.get(sample.task, 0), length)
     return limits
 
@@ -235,19 +240,30 @@ def forced_choice_values(model, tokenizer, samples: Sequence[Sample], cfg: EvalC
     return out
 
 
-def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[float]]]:
-    """Per game of cfg.self_play greedy games of `model` against itself (play.py: seeded by cfg.seed, from
-    the default random opening, stopped at the first illegal move or the ply limit), its self-play metrics;
-    none when cfg.self_play is 0."""
+def _self_play(model, tokenizer, cfg: EvalConfig, games: int, in_world: bool):
+    """`games` greedy games of `model` against itself (play.py: seeded by cfg.seed, from the default random
+    opening, to the ply limit), in the rules' world or in the model's own (world.py)."""
     from rookworld import play
     from rookworld.player import ModelPlayer
+    from rookworld.world import World
 
-    if not cfg.self_play:
-        return []
     with inference(model):
-        played = play.play_games(ModelPlayer(model, tokenizer, cfg.seed), None, cfg.self_play, play.MAX_PLIES,
-                                 opening_plies=play.GREEDY_OPENING_PLIES, seed=cfg.seed)
-    return play.per_game_values(played)
+        return play.play_games(ModelPlayer(model, tokenizer, cfg.seed), None, games, play.MAX_PLIES,
+                               opening_plies=play.GREEDY_OPENING_PLIES, seed=cfg.seed,
+                               world=World(model, tokenizer) if in_world else None)
+
+
+def self_play_values(model, tokenizer, cfg: EvalConfig) -> list[dict[str, list[float]]]:
+    """Per game of cfg.self_play games in the rules' world (`_self_play`, each stopped at the first illegal move),
+    its self-play metrics; then per game of cfg.world_games games in the model's world, its world metrics
+    (world.line_values); none of either when its count is 0."""
+    from rookworld import play
+    from rookworld.world import line_values
+
+    rules = play.per_game_values(_self_play(model, tokenizer, cfg, cfg.self_play, False)) if cfg.self_play else []
+    world = (line_values([game.world for game in _self_play(model, tokenizer, cfg, cfg.world_games, True)])
+             if cfg.world_games else [])
+    return rules + world
 
 
 @dataclass
@@ -455,8 +471,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = build_config(EvalConfig, args)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be >= 1")
-    if args.predictions and (args.model or args.split or cfg.self_play):
-        raise UserError("--predictions scores given completions: leave out --model, --split and --self-play")
+    if args.predictions and (args.model or args.split or cfg.self_play or cfg.world_games):
+        raise UserError("--predictions scores given completions: leave out --model, --split, --self-play and "
+                        "--world-games")
     for flag, path in (("--out", args.out), ("--markdown", args.markdown)):
         if path:
             output_file(Path(path), flag)

@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from rookworld.errors import UserError
 from rookworld.model import GPT, KVCache, PromptPrefix, SharedPrompts
 
+TARGET_MARGIN_TOKENS = 8  # room beyond a known target's length, so a near-miss completion is not cut short
+
 CACHE_SLOT_MULTIPLE = 16
 CACHE_GROWTH = 32  # slots a growing decode cache adds when full
 # Below it, logits / temperature can overflow float32 (inf, then NaN probabilities and junk tokens); at it,

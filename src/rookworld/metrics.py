@@ -194,6 +194,11 @@ def estimate(groups: Sequence[Sequence[float]]) -> Estimate:
     return Estimate(mean, math.sqrt(spread / (n * (n - 1))) / (sum(sizes) / n), n)
 
 
+def json_se(found: Estimate) -> float | None:
+    """An estimate's SE for JSON: None where one cluster gives none."""
+    return None if math.isnan(found.se) else found.se
+
+
 def summarize(per_prompt: Sequence[Mapping[str, Sequence[float]]],
               clusters: Sequence[str | None] | None = None) -> dict[str, Estimate]:
     """The estimate of each metric over the prompts that have it; n counts those prompts. `clusters`

@@ -1,6 +1,6 @@
 """`rookworld play --opponent random|stockfish|self|model [--skill N] [--opponent-model M] [--games N]
 [--fallback random|listed] [--avoid-repetition PAWNS] [--votes K] [--readout b|first] [--opponent-fallback ...]
-[--opponent-avoid-repetition ...] [--opponent-votes K] [--opponent-readout b|first] [--out F]`
+[--opponent-avoid-repetition ...] [--opponent-votes K] [--opponent-readout b|first] [--world rules|model] [--out F]`
 
 Games of a model (its greedy `B:` move, see player.py) against a seeded random mover, Stockfish at a
 skill level, itself, or another model (a match, as engine authors test a new version against the old).
@@ -29,6 +29,8 @@ ahead (player.py), and with --opponent-avoid-repetition a model opponent does; `
 opponent) the player samples K completions a move and plays the legal `B:` move most of them name (player.py).
 With --readout first (and --opponent-readout first) the player plays the legal move it scores highest as its
 first `M:` candidate (readout.py), so it never plays an illegal move.
+With --world model each move's next state comes from the model's own A completion (world.py), one batched A
+generation a ply: the game goes on from the states it writes, and every transition is checked by the arbiter.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from rookworld.config import finite_float
 from rookworld.data.cases import mating_moves
 from rookworld.errors import UserError
 from rookworld.fsutil import output_file
-from rookworld.metrics import Estimate, estimate
+from rookworld.metrics import Estimate, estimate, json_se
 from rookworld.player import (
     FALLBACKS,
     READOUTS,
@@ -57,6 +59,9 @@ from rookworld.player import (
     add_repetition_argument,
     add_votes_argument,
 )
+from rookworld.text import is_uci_shaped, parse_p_completion
+from rookworld.world import ENDS, WORLDS, Line, Step, World, after, describe, divergence
+from rookworld.world import summary as world_summary
 
 OPPONENTS = ("random", "stockfish", "self", "model")
 PLY_LIMIT = "ply limit adjudication"
@@ -111,6 +116,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--votes for the opponent of --opponent model (default: 1, greedy)")
     parser.add_argument("--opponent-readout", choices=READOUTS, default=None,
                         help="--readout for the opponent of --opponent model (default: b)")
+    parser.add_argument("--world", choices=WORLDS, default="rules",
+                        help="what each move does: rules, python-chess's; model, the model's own greedy A completion "
+                             "for FEN+move+history, the game going on from the states it writes, each transition "
+                             "checked by the arbiter: the JSON adds the plies to the first divergence and A/exact "
+                             "along the games (default: rules)")
     parser.add_argument("--pgn", help="write the games to this PGN file")
     parser.add_argument("--out", help="write the results to this JSON file")
     parser.add_argument("--threads", type=int, default=None,
@@ -160,21 +170,45 @@ class Game:
     final_eval: float | None = None  # pawns, the model's view: Stockfish's eval of a position at the ply limit
     repetitions_avoided: int = 0  # the model's `B:` moves set aside for repeating a position
     opponent_repetitions_avoided: int = 0  # a model opponent's
+    world: Line | None = None  # in the model's world: the game's course there (`board` is then the model's state)
 
-    def move(self, choice, record: list[tuple[str, str | None]]) -> None:
+    def take(self, choice, record: list[tuple[str, str | None]], self_play: bool) -> None:
         """Plays a model's `choice` (player.Choice) and appends it to `record`: the position and the model's own
-        move, None where the fallback replaced it."""
+        move, None where it was not (illegal or missing). A move not its own is the fallback's, in self-play none:
+        the game is forfeited; but in the model's world the `B:` move as written goes to the world whenever it is
+        a UCI move, legal or not (the world judges it)."""
         record.append((self.board.fen(), choice.move.uci() if choice.own else None))
-        self.push(choice.move)
+        move = choice.move if choice.own else written(choice) if self.world is not None else None
+        if move is None and not self_play:
+            move = choice.move  # the fallback's
+        if move is None:
+            self.forfeit()
+        else:
+            self.play(move)
+
+    def play(self, move: chess.Move) -> None:
+        """Pushes `move` (the rules' world), or holds it for the model's world (`step_world`)."""
+        if self.world is None:
+            self.push(move)
+        else:
+            self.world.pending = move
+
+    def uci_moves(self) -> list[str]:
+        """The moves of the game, the opening included."""
+        return self.world.moves if self.world is not None else [move.uci() for move in self.board.move_stack]
 
     def model_to_move(self) -> bool:
         return self.model_color is None or self.board.turn == self.model_color
 
     def push(self, move: chess.Move) -> None:
         self.board.push(move)
-        self.outcome = ended(self.board)
-        if self.outcome is not None:
-            self.termination = self.outcome.termination.name.lower().replace("_", " ")
+        self.end(ended(self.board))
+
+    def end(self, outcome: chess.Outcome | None) -> None:
+        """Ends the game by a rule's `outcome` (None: it goes on), the termination named after the rule."""
+        self.outcome = outcome
+        if outcome is not None:
+            self.termination = outcome.termination.name.lower().replace("_", " ")
 
     def forfeit(self) -> None:
         """Self-play's end at an illegal or missing move: the side to move loses (VARIANT_LOSS stands in for
@@ -220,18 +254,57 @@ def ended(board: chess.Board) -> chess.Outcome | None:
     return outcome
 
 
+def written(choice) -> chess.Move | None:
+    """The `B:` move of a choice's completion as written, when it is a UCI move (legal or not; not the null move)."""
+    best = parse_p_completion(choice.completion).best
+    if best is None or not is_uci_shaped(best):
+        return None
+    try:
+        return chess.Move.from_uci(best)
+    except ValueError:  # a move to its own square (a1a1)
+        return None
+
+
+def step_world(world: World, games: list[Game]) -> None:
+    """Sends the moves the games hold to the model's world in one batched generation, records each transition
+    with its divergence, and goes on from the model's state or ends the game as the world says (world.after); a
+    state standing a third time, or a halfmove clock of 100, ends it as the rules' world claims those draws."""
+    moving = [game for game in games if game.world.pending is not None]
+    if not moving:
+        return
+    requests = [(g.board.fen(), g.world.pending.uci(), [*g.world.moves, g.world.pending.uci()]) for g in moving]
+    for game, (fen, move, _), (completion, truth) in zip(moving, requests, world.transitions(requests)):
+        line = game.world
+        line.pending = None
+        line.moves.append(move)
+        line.steps.append(Step(fen, move, completion, truth, divergence(truth, completion)))
+        board, outcome, termination = after(completion, game.board.turn)
+        if board is None:
+            game.outcome, game.termination = outcome, termination
+            continue
+        game.board = board
+        if line.stands(board) >= 3:
+            game.end(chess.Outcome(chess.Termination.THREEFOLD_REPETITION, None))
+        elif board.halfmove_clock >= 100:
+            game.end(chess.Outcome(chess.Termination.FIFTY_MOVES, None))
+
+
 def play_games(player, opponent, games: int, max_plies: int, progress=None, opening_plies: int = 0,
-               seed: int = 0) -> list[Game]:
+               seed: int = 0, world: World | None = None) -> list[Game]:
     """`games` games in lockstep, one ply of every running game per round, each after `opening_plies` random
     plies from the stream `seed/opening/k`: k = i for self-play game i; against an opponent k = i // 2, the
     model white in game 2k and black in 2k + 1. `opponent` None: self-play, where a game stops at the
     model's first illegal move. Games still running after `max_plies` plies are left without an outcome: for
-    `adjudicate` against an opponent, unfinished (`SELF_PLY_LIMIT`) in self-play."""
+    `adjudicate` against an opponent, unfinished (`SELF_PLY_LIMIT`) in self-play. With `world` the moves after
+    the opening are played in the model's world (`step_world`: one batched A generation a ply)."""
     played = [Game(i, None if opponent is None else chess.WHITE if i % 2 == 0 else chess.BLACK)
               for i in range(games)]
     for game in played:
         opening = game.index if opponent is None else game.index // 2
         game.open(opening_plies, RandomMover(seed, f"opening/{opening}"))
+        if world is not None:
+            game.world = Line(moves=game.uci_moves())
+            game.world.stands(game.board)
     for ply in range(opening_plies + 1, max_plies + 1):
         running = [g for g in played if g.outcome is None]
         if not running:
@@ -240,18 +313,16 @@ def play_games(player, opponent, games: int, max_plies: int, progress=None, open
         opponent_turn = [g for g in running if not g.model_to_move()]
         for game, choice in zip(model_turn, player.choose([g.board for g in model_turn])):
             game.repetitions_avoided += choice.avoided is not None
-            if choice.own or opponent is not None:
-                game.move(choice, game.model_moves)
-            else:
-                game.model_moves.append((game.board.fen(), None))
-                game.forfeit()
+            game.take(choice, game.model_moves, opponent is None)
         if isinstance(opponent, ModelOpponent):  # one batched generation, as the model's
             for game, choice in zip(opponent_turn, opponent.player.choose([g.board for g in opponent_turn])):
                 game.opponent_repetitions_avoided += choice.avoided is not None
-                game.move(choice, game.opponent_moves)
+                game.take(choice, game.opponent_moves, False)
         else:
             for game in opponent_turn:
-                game.push(opponent.play(game.board))
+                game.play(opponent.play(game.board))
+        if world is not None:
+            step_world(world, running)
         if progress is not None:
             progress.update(ply, {"running": sum(g.outcome is None for g in played)})
     if opponent is None:  # self-play has no side to adjudicate for: a game at the limit stays unfinished
@@ -300,11 +371,6 @@ def mates_missed(game: Game) -> tuple[int, int]:
 
 def _color(game: Game) -> str:
     return "both" if game.model_color is None else "white" if game.model_color == chess.WHITE else "black"
-
-
-def _se(found: Estimate) -> float | None:
-    """An estimate's SE for JSON: None where one game gives none."""
-    return None if math.isnan(found.se) else found.se
 
 
 def elo_difference(score: float) -> float | None:
@@ -365,7 +431,7 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
         chances, missed = mates_missed(game)
         quality = move_quality(game.model_moves, mine)
         record = {"index": game.index, "model_color": _color(game), "result": _result(game),
-                  "termination": game.termination, "plies": game.board.ply(), "model_moves": len(mine),
+                  "termination": game.termination, "plies": len(game.uci_moves()), "model_moves": len(mine),
                   "illegal_moves": quality["illegal_moves"], "acpl": quality["acpl"],
                   "mate_chances": chances, "mates_missed": missed, "repetitions_avoided": game.repetitions_avoided}
         if self_play:
@@ -377,24 +443,31 @@ def summary(played: list[Game], losses: list[float], paired: bool = False,
             record.update(opponent_moves=len(theirs[i]), opponent_acpl=quality["acpl"],
                           opponent_illegal_moves=quality["illegal_moves"],
                           opponent_repetitions_avoided=game.opponent_repetitions_avoided)
-        per_game.append({**record, "moves": [move.uci() for move in game.board.move_stack]})
+        if game.world is not None:
+            record["world"] = game.world.record()
+        per_game.append({**record, "moves": game.uci_moves()})
     model_moves = [move for game in played for move in game.model_moves]
     chances = sum(g["mate_chances"] for g in per_game)
     totals = {"games": len(played)}
     if self_play:
         halves = estimate([[g["legal_half_moves"]] for g in per_game])  # each game its own cluster
         ends = [g["termination"] for g in per_game]
-        totals.update(legal_half_moves=halves.mean, legal_half_moves_se=_se(halves),
+        by_world = sum(end in ENDS for end in ends)
+        totals.update(legal_half_moves=halves.mean, legal_half_moves_se=json_se(halves),
                       legal_half_moves_median=statistics.median(g["legal_half_moves"] for g in per_game),
                       ended_illegal=ends.count(ILLEGAL), at_ply_limit=ends.count(SELF_PLY_LIMIT),
-                      ended_by_rules=len(ends) - ends.count(ILLEGAL) - ends.count(SELF_PLY_LIMIT))
+                      ended_by_rules=len(ends) - ends.count(ILLEGAL) - ends.count(SELF_PLY_LIMIT) - by_world)
+        if played[0].world is not None:
+            totals["ended_by_world"] = by_world
     else:
         counts = {kind: sum(g["model_result"] == kind for g in per_game) for kind in ("win", "draw", "loss")}
         points = [POINTS[g["model_result"]] for g in per_game]
         score = estimate([points[i:i + 2] for i in range(0, len(points), 2)] if paired else [[p] for p in points])
         totals.update(wins=counts["win"], draws=counts["draw"], losses=counts["loss"], score=score.mean,
-                      score_se=_se(score), elo=elo_difference(score.mean), elo_interval=elo_interval(score),
+                      score_se=json_se(score), elo=elo_difference(score.mean), elo_interval=elo_interval(score),
                       adjudicated=sum(g.termination == PLY_LIMIT for g in played))
+    if played and played[0].world is not None:
+        totals["world"] = world_summary([game.world for game in played])
     if opponent_losses is not None:
         opponent_moves = [move for game in played for move in game.opponent_moves]
         totals.update(opponent_moves=len(opponent_moves),
@@ -417,10 +490,28 @@ def write_pgn(path: str, played: list[Game], model_name: str, opponent_name: str
     with open(path, "w", encoding="utf-8") as handle:
         for game in played:
             names = (model_name, opponent_name) if game.model_color != chess.BLACK else (opponent_name, model_name)
-            pgn = chess.pgn.Game.from_board(game.board)
+            pgn = chess.pgn.Game.from_board(game.board) if game.world is None else _world_pgn(game.world)
             pgn.headers.update(Event="rookworld play", Site="?", Date=date, Round=str(game.index + 1),
                                White=names[0], Black=names[1], Result=_result(game), Termination=game.termination)
             print(pgn, file=handle, end="\n\n")
+
+
+def _world_pgn(line: Line):
+    """A game of the model's world as the rules see it: its moves up to the first divergence, the move that diverged
+    included when it is legal (the states agree with the rules' until then), with the divergence and the world's
+    course after it in a comment on the last move."""
+    import chess.pgn
+
+    first = line.first()
+    board = chess.Board()
+    for uci in line.moves[:len(line.moves) - len(line.steps) + (len(line.steps) if first is None else first + 1)]:
+        move = chess.Move.from_uci(uci)
+        if not board.is_legal(move):
+            break
+        board.push(move)
+    pgn = chess.pgn.Game.from_board(board)
+    pgn.end().comment = describe(line)
+    return pgn
 
 
 def _opponent(args: argparse.Namespace):
@@ -436,6 +527,11 @@ def _opponent(args: argparse.Namespace):
         if value is not None and args.opponent != "model":
             shown = f"{value:g}" if isinstance(value, float) else value
             raise UserError(f"{flag} {shown}: sets the opponent of --opponent model; add --opponent model or drop it")
+    for flag, value in (("--avoid-repetition", args.avoid_repetition),
+                        ("--opponent-avoid-repetition", args.opponent_avoid_repetition)):
+        if value is not None and args.world == "model":
+            raise UserError(f"{flag} {value:g}: the model's world has no game history to see a repetition in; drop "
+                            "it or use --world rules")
     if args.fallback != "random" and args.opponent == "self":
         raise UserError(f"--fallback {args.fallback}: self-play stops at the model's first illegal move, so nothing "
                         "replaces it; drop the flag")
@@ -484,11 +580,14 @@ def _report(name: str, opponent_name: str, results: dict) -> str:
              f"{_share(results['mate_in_one'], results['mate_chances'])}"
              f"{_avoided(settings['avoid_repetition'], results['repetitions_avoided'])}, {results['plies']} plies in "
              f"{results['wall_s']:.0f} s")
+    if "world" in results:
+        moves += "; " + world_text(results["world"], results["games"])
     if settings["opponent"] == "self":
+        by_world = f"{results['ended_by_world']} by the model's world, " if "ended_by_world" in results else ""
         return (f"{name} vs itself: {results['games']} games, legal half-moves {results['legal_half_moves']:.1f} ± "
                 f"{results['legal_half_moves_se'] or 0:.1f} (median {results['legal_half_moves_median']:g}); "
                 f"{results['ended_illegal']} ended by an illegal move, {results['ended_by_rules']} by the rules, "
-                f"{results['at_ply_limit']} at the ply limit; {moves}")
+                f"{by_world}{results['at_ply_limit']} at the ply limit; {moves}")
     opponent_moves = (f"; the opponent's acpl {_pawns(results['opponent_acpl'])}, illegal rate "
                       f"{results['opponent_illegal_rate']:.3f}"
                       f"{_avoided(settings['opponent_avoid_repetition'], results['opponent_repetitions_avoided'])}"
@@ -497,6 +596,15 @@ def _report(name: str, opponent_name: str, results: dict) -> str:
             f"-{results['losses']} ({results['adjudicated']} adjudicated), score {results['score']:.3f} ± "
             f"{results['score_se'] or 0:.3f}, Elo {elo_text(results)}, "
             f"{moves}{opponent_moves}")
+
+
+def world_text(world: dict, games: int) -> str:
+    """The model's world's totals (world.summary) as the report line writes them."""
+    kinds = ", ".join(f"{kind} {n}" for kind, n in world["first_divergences"].items() if n) or "none"
+    exact = "n/a" if world["a_exact"] is None else f"{world['a_exact']:.3f}"
+    return (f"in the model's world: plies to the first divergence {world['plies_to_divergence']:.1f} ± "
+            f"{world['plies_to_divergence_se'] or 0:.1f} ({world['censored']} of {games} games without one, counted "
+            f"at their length), A/exact {exact} over {world['transitions']} transitions; first divergences: {kinds}")
 
 
 def elo_text(results: dict) -> str:
@@ -535,7 +643,9 @@ def run(args: argparse.Namespace) -> int:
                                   avoid_repetition=args.avoid_repetition, fallback=args.fallback, votes=args.votes,
                                   readout=args.readout)
         with Progress(args.max_plies, description="play", fields={"running": "games running"}) as progress:
-            played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed)
+            world = World(player.model, player.tokenizer) if args.world == "model" else None
+            played = play_games(player, opponent, args.games, args.max_plies, progress, opening_plies, args.seed,
+                                world)
     finally:
         if opponent is not None:
             opponent.close()
@@ -563,7 +673,7 @@ def run(args: argparse.Namespace) -> int:
                             "readout": args.readout,
                             "opponent_readout": opponent.player.readout if isinstance(opponent, ModelOpponent)
                             else None,
-                            "judge_limit": LABEL_LIMIT.key()},
+                            "world": args.world, "judge_limit": LABEL_LIMIT.key()},
                **summary(played, losses[:len(moves)], opening_plies > 0,
                          losses[len(moves):] if isinstance(opponent, ModelOpponent) else None),
                "play_s": play_s, "wall_s": time.perf_counter() - started}
