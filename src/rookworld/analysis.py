@@ -24,10 +24,6 @@ def mate_to_pawns(moves_to_mate: int) -> float:
     return sign * round(MATE_PAWNS - abs(moves_to_mate) / 100.0, 2)
 
 
-def is_mate_score(pawns: float) -> bool:
-    return abs(pawns) >= MATE_PAWNS - 10.0
-
-
 def clip_pawns(pawns: float) -> float:
     """An eval bounded to ±EVAL_CLIP_PAWNS: a mate and a won ending compare alike."""
     return min(EVAL_CLIP_PAWNS, max(-EVAL_CLIP_PAWNS, pawns))

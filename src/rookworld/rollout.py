@@ -1,6 +1,5 @@
-"""One GRPO step's groups: prompts sampled G times in chunks (one prefill per prompt; with `p_expert` a P
-group's last completion is its label), scored while the next chunk samples, and zero-std groups replaced by
-new prompts (`collect`).
+"""One GRPO step's groups: prompts sampled G times in chunks (one prefill per prompt), scored while the next
+chunk samples, and zero-std groups replaced by new prompts (`collect`).
 
 Completions of chunk c at step s come from a generator seeded by (seed, s, c), so a step is reproducible
 from the run state alone and ranks under torchrun sample exactly what one process would (they split the
@@ -18,7 +17,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from rookworld import text
 from rookworld.data.record import Sample
 from rookworld.evaluate import label_drafts, max_new_tokens
 from rookworld.generation import FastDecoder, Generation, SamplingSettings, check_room, decoding, generate_groups
@@ -43,8 +41,6 @@ class Group:
     rewards: list[float]
     components: list[dict[str, float]]
     temperature: float            # of the distribution that sampled it: log-probs are taken at it
-    greedy: Score | None = None   # the prompt's greedy completion's score (the 'greedy' baseline only)
-    labelled: bool = False        # the last completion is the prompt's label, not a sample (p_expert)
 
 
 @dataclass
@@ -57,18 +53,11 @@ class GroupSummary:
     components: list[dict[str, float]]
     lengths: list[int]
     truncated: list[bool]
-    greedy_reward: float | None = None
-    labelled: bool = False
 
     @classmethod
     def of(cls, g: Group) -> GroupSummary:
         return cls(g.sample.task, g.rewards, g.components, g.completion_mask.sum(1).tolist(),
-                   (~g.finished).tolist(), None if g.greedy is None else g.greedy.reward, g.labelled)
-
-    @property
-    def sampled_rewards(self) -> list[float]:
-        """The rewards of the sampled completions: all but a label row."""
-        return self.rewards[:-1] if self.labelled else self.rewards
+                   (~g.finished).tolist())
 
     @property
     def zero_std(self) -> bool:
@@ -117,122 +106,46 @@ def sampling_settings(cfg: TrainConfig, limits: dict[str, int], task: str) -> Sa
 
 @torch.no_grad()
 def sample_chunk(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int],
-                 generator: torch.Generator, decoder: FastDecoder | None = None,
-                 greedy: bool = False) -> tuple[Generation, list[str], list[SamplingSettings], list[str]]:
+                 generator: torch.Generator,
+                 decoder: FastDecoder | None = None) -> tuple[Generation, list[str], list[SamplingSettings]]:
     """G completions of each prompt of one chunk (by `decoder`, the CUDA fast path, when given): the
-    generation, its texts, each prompt's sampling settings and, with `greedy`, each prompt's greedy
-    completion (else [])."""
+    generation, its texts and each prompt's sampling settings."""
     ids = tokenizer.encode_prompts([s.prompt for s in samples])
     settings = [sampling_settings(cfg, limits, s.task) for s in samples]
     runner, step = decoding(policy, decoder)
-    prefixes = choice_prefixes(runner, step, tokenizer, samples, ids, settings, cfg.p_choice)
-    ids = [i + p for i, p in zip(ids, prefixes)]
-    settings = [replace(s, max_new_tokens=s.max_new_tokens - len(p)) for s, p in zip(settings, prefixes)]
     drafts = label_drafts(tokenizer, samples) if cfg.draft_a else None
     gen = generate_groups(runner, ids, cfg.group_size, settings, eos_id=tokenizer.eos_id, generator=generator,
                           decode_step=step, drafts=drafts)
-    if cfg.p_expert:
-        gen = with_labels(gen, samples, tokenizer)
-    heads = tokenizer.decode_batch(prefixes)
-
-    def texts(g: Generation) -> list[str]:  # whole completions: a choice group's greedy prefix, then its sample
-        return [heads[r // g.group_size] + t for r, t in enumerate(tokenizer.decode_batch(g.completions()))]
-
-    best = texts(generate_groups(runner, ids, 1, settings, eos_id=tokenizer.eos_id, greedy=True,
-                                 decode_step=step)) if greedy else []
-    return gen, texts(gen), settings, best
+    return gen, tokenizer.decode_batch(gen.completions()), settings
 
 
-def choice_prefixes(runner, step, tokenizer, samples: list[Sample], ids: list[list[int]],
-                    settings: list[SamplingSettings], share: float) -> list[list[int]]:
-    """`p_choice`: the first ceil(share x n) of the chunk's n P prompts become choice groups. Their M: and E:
-    fields are the policy's greedy ones, up to and with 'B:', and only the move after it is sampled: the
-    decision greedy play and evaluation make, in the context they make it in. Each prompt's prefix token ids
-    ([] for the other prompts, and for a greedy completion without the three fields in order)."""
-    prefixes: list[list[int]] = [[] for _ in samples]
-    chosen = [b for b, s in enumerate(samples) if s.task == "P"]
-    chosen = chosen[:math.ceil(share * len(chosen))]
-    if not chosen:
-        return prefixes
-    greedy = generate_groups(runner, [ids[b] for b in chosen], 1, [settings[b] for b in chosen],
-                             eos_id=tokenizer.eos_id, greedy=True, decode_step=step).completions()
-    for b, completion in zip(chosen, greedy):
-        starts = text.p_field_starts(tokenizer.decode(completion))
-        if starts is not None:
-            cut = starts[-1] + len(text.P_MARKERS[-1])
-            keep = sum(at < cut for at in tokenizer.token_starts(completion))
-            if keep < settings[b].max_new_tokens:
-                prefixes[b] = completion[:keep]
-    return prefixes
-
-
-def with_labels(gen: Generation, samples: list[Sample], tokenizer) -> Generation:
-    """`gen` with each P prompt's last completion replaced by the prompt's label (`p_expert`), EOS-ended.
-
-    The label row's sampling log-probs are zeros: with one PPO pass the update takes the old policy's
-    log-probs from its own forward pass (ratio 1), so the row is a policy-gradient term on the engine's
-    answer weighted by its advantage in the group."""
-    G = gen.group_size
-    rows = [b * G + G - 1 for b, s in enumerate(samples) if s.task == "P"]
-    if not rows:
-        return gen
-    labels = [ids + [tokenizer.eos_id] for ids in tokenizer.encode_batch([samples[r // G].target for r in rows])]
-    start = gen.prompt_width
-    extra = max(0, start + max(map(len, labels)) - gen.sequences.shape[1])
-
-    def widened(t: torch.Tensor, value) -> torch.Tensor:  # a copy, `extra` columns of `value` longer
-        return torch.nn.functional.pad(t, (0, extra), value=value)
-
-    sequences, logprobs = widened(gen.sequences, tokenizer.eos_id), widened(gen.logprobs, 0.0)
-    attention_mask, completion_mask = widened(gen.attention_mask, False), widened(gen.completion_mask, False)
-    finished = gen.finished.clone()
-    for r, ids in zip(rows, labels):
-        end = start + len(ids)
-        sequences[r, start:] = tokenizer.eos_id
-        sequences[r, start:end] = torch.tensor(ids, device=sequences.device)
-        for mask in (attention_mask, completion_mask):
-            mask[r, start:] = False
-            mask[r, start:end] = True
-        logprobs[r] = 0.0
-        finished[r] = True
-    return replace(gen, sequences=sequences, attention_mask=attention_mask, completion_mask=completion_mask,
-                   logprobs=logprobs, finished=finished)
-
-
-def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool, rcfg: RewardConfig | None,
-                greedy_texts: list[str] = ()) -> tuple[list[Score], float]:
-    """The rewards of one chunk's completions (texts[i] answers samples[i // G]), then of its greedy ones
-    (greedy_texts[b] answers samples[b]), and the seconds they took."""
+def score_chunk(samples: list[Sample], texts: list[str], cfg: TrainConfig, pool,
+                rcfg: RewardConfig | None) -> tuple[list[Score], float]:
+    """The rewards of one chunk's completions (texts[i] answers samples[i // G]) and the seconds they took."""
     t0 = time.perf_counter()
     G = cfg.group_size
     truth = [s.analysis if cfg.p_truth == "stored" else None for s in samples]  # None: score_batch searches it
     items = [(samples[i // G].prompt, text, truth[i // G]) for i, text in enumerate(texts)]
-    items += [(sample.prompt, text, t) for sample, text, t in zip(samples, greedy_texts, truth)]
     scores = score_batch(items, pool if cfg.engine_rewards else None, rcfg)
     return scores, time.perf_counter() - t0
 
 
 def chunk_groups(samples: list[Sample], gen: Generation, texts: list[str], settings: list[SamplingSettings],
-                 scores: list[Score], G: int, p_expert: bool = False) -> list[Group]:
-    """The chunk's groups from `score_chunk`'s scores: G per prompt, then one greedy score per prompt if any;
-    with `p_expert` the P groups are marked labelled (`with_labels`)."""
-    greedy = scores[len(samples) * G:]
+                 scores: list[Score], G: int) -> list[Group]:
+    """The chunk's groups from `score_chunk`'s scores: G per prompt."""
     groups = []
     for b, sample in enumerate(samples):
         rows = slice(b * G, (b + 1) * G)
         groups.append(Group(sample, gen.sequences[rows], gen.attention_mask[rows], gen.completion_mask[rows],
                             gen.logprobs[rows], gen.finished[rows], texts[rows], [s.reward for s in scores[rows]],
-                            [s.components for s in scores[rows]], settings[b].temperature,
-                            greedy[b] if greedy else None, p_expert and sample.task == "P"))
+                            [s.components for s in scores[rows]], settings[b].temperature))
     return groups
 
 
 def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
             first_chunk: int, pool, d: Dist, timings: dict[str, float],
-            rcfg: RewardConfig | None = None, decoder: FastDecoder | None = None,
-            greedy: bool = False) -> list[Group | None]:
+            rcfg: RewardConfig | None = None, decoder: FastDecoder | None = None) -> list[Group | None]:
     """Groups of all prompts, in order; this rank fills the chunks c with c % world == rank, others None.
-    With `greedy`, each group also holds the score of its prompt's greedy completion (the 'greedy' baseline).
 
     A chunk is scored on a second thread while the next one is sampled (Stockfish works in its own
     processes meanwhile): `time/reward` is the wait for scores after the last chunk is sampled, the part
@@ -250,17 +163,17 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
                 continue
             part = samples[start:start + size]
             t0 = time.perf_counter()
-            gen, texts, settings, greedy_texts = sample_chunk(
-                policy, tokenizer, part, cfg, limits, chunk_generator(cfg.seed, step, chunk, device), decoder, greedy)
+            gen, texts, settings = sample_chunk(policy, tokenizer, part, cfg, limits,
+                                                chunk_generator(cfg.seed, step, chunk, device), decoder)
             _add_time(timings, "time/generate", time.perf_counter() - t0)
             pending.append((start, part, gen, texts, settings, scorer.submit(score_chunk, part, texts, cfg, pool,
-                                                                             rcfg, greedy_texts)))
+                                                                             rcfg)))
         for start, part, gen, texts, settings, future in pending:
             t0 = time.perf_counter()
             scores, seconds = future.result()
             _add_time(timings, "time/reward", time.perf_counter() - t0)
             _add_time(timings, "time/reward_total", seconds)
-            made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size, cfg.p_expert)
+            made = chunk_groups(part, gen, texts, settings, scores, cfg.group_size)
             if warmup:  # the reward warm-up: the same components under the step's weights
                 made = [reweighed(g, warmup[g.sample.task]) for g in made]
             groups[start:start + len(part)] = made
@@ -268,9 +181,8 @@ def rollout(policy, tokenizer, samples: list[Sample], cfg: TrainConfig, limits: 
 
 
 def reweighed(g: Group, weights: dict[str, float]) -> Group:
-    """The group's rewards, its greedy one too, from the same components under other weights."""
-    greedy = None if g.greedy is None else replace(g.greedy, reward=reweigh(g.greedy.components, weights))
-    return replace(g, rewards=[reweigh(c, weights) for c in g.components], greedy=greedy)
+    """The group's rewards from the same components under other weights."""
+    return replace(g, rewards=[reweigh(c, weights) for c in g.components])
 
 
 def _add_time(timings: dict[str, float], name: str, seconds: float) -> None:
@@ -285,12 +197,12 @@ def shared_summaries(groups: list[Group | None], d: Dist) -> list[GroupSummary]:
 
 def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig, limits: dict[str, int], step: int,
             pool, d: Dist, timings: dict[str, float], rcfg: RewardConfig | None = None,
-            decoder: FastDecoder | None = None, greedy: bool = False) -> tuple[list[Group | None], list[GroupSummary]]:
+            decoder: FastDecoder | None = None) -> tuple[list[Group | None], list[GroupSummary]]:
     """One step's groups (this rank's; None where another rank holds one) and all their summaries. With
     zero_std 'resample', groups whose G rewards are equal are replaced by groups of new prompts (up to
     resample_rounds rounds); a replacement lives on the rank that sampled it. With overfit_single_batch
     nothing is replaced: every step trains on the one batch, its zero-std groups dropped as with 'drop'."""
-    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder, greedy)
+    groups = rollout(policy, tokenizer, samples, cfg, limits, step, 0, pool, d, timings, rcfg, decoder)
     summaries = shared_summaries(groups, d)
     size = chunk_size(cfg, d)
     chunks = math.ceil(len(samples) / size)
@@ -300,8 +212,7 @@ def collect(policy, tokenizer, sampler, samples: list[Sample], cfg: TrainConfig,
         if not flat:
             break
         extra = sampler.next(len(flat))
-        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg, decoder,
-                             greedy)
+        new_groups = rollout(policy, tokenizer, extra, cfg, limits, step, chunks, pool, d, timings, rcfg, decoder)
         chunks += math.ceil(len(extra) / size)
         for i, g, summary in zip(flat, new_groups, shared_summaries(new_groups, d)):
             if not summary.zero_std:

@@ -16,21 +16,18 @@ import copy
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch.optim.swa_utils import AveragedModel
 
-from rookworld import checkpoint, credit, grpo, training
-from rookworld.data.batches import A_CASES, P_CASES
+from rookworld import checkpoint, grpo, training
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, Values, model_values, paired_change
 from rookworld.generation import FastDecoder, check_sampling
-from rookworld.lora import LoRA
 from rookworld.model import SharedPrompts
 from rookworld.rewards import RewardConfig, weights_at
 from rookworld.rollout import Group, GroupSummary, collect, completion_limits
@@ -39,10 +36,6 @@ from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
 P_TRUTHS = ("stored", "engine")
-ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
-ANCHOR_MODES = ("loss", "project", "kl")
-ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
-CONSOLIDATE_SEED_OFFSET = 2_000_003  # the consolidation's rows: neither the batch's nor the anchor's
 # grpo.loss stats: loss terms add up over micro-batches; the others are token means (ratio/max: a max, apart)
 SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
 TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
@@ -50,9 +43,8 @@ TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_fr
 
 @dataclass
 class TrainConfig:
-    # a resumed run continues its checkpoint's policy; --model is also its KL reference, which must not change, and
-    # the LoRA adapters' rank and scale made the weights it saved
-    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("model", "lora_rank", "lora_alpha")
+    # a resumed run continues its checkpoint's policy; --model is also its KL reference, which must not change
+    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("model",)
     model: str | None = field(default=None, metadata={"help": "policy checkpoint: a directory or hub id "
                                                       "(default: the embedded model)"})
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
@@ -62,26 +54,6 @@ class TrainConfig:
     batch_size: int = field(default=32, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
-    a_cases: str = field(default="mix", metadata={
-        "help": "A prompts of the GRPO batches: 'mix' (as the training data has them), 'balanced' (every A case, "
-                "e.g. first move, castling, illegal move, equally often), 'sqrt' (each case in proportion to "
-                "the square root of its count: between the two) or 'illegal2' (the mix with illegal moves "
-                "counted twice)"})
-    p_cases: str = field(default="mix", metadata={
-        "help": "P prompts of the GRPO batches: 'mix' (as the training data has them; on the embedded set 7%% of "
-                "the positions have the side to move in check), 'balanced' (positions in check and the others "
-                "equally often) or 'sqrt' (each in proportion to the square root of its count: checks 7%% -> 21%%)"})
-    p_pool: int = field(default=0, metadata={
-        "help": "P prompts from this many training positions drawn at random (seeded), each revisited every "
-                "p_pool P prompts, instead of each position once (0: every position)"})
-    p_expert: bool = field(default=False, metadata={
-        "help": "the last of each P group's G completions is the prompt's label (the data's target: the engine's "
-                "analysis) instead of a sample: off-policy guidance that puts the engine's answer in every P group, "
-                "scored like the others (reward/P counts it; needs num_iterations 1)"})
-    p_choice: float = field(default=0.0, metadata={
-        "help": "share of P groups that are choice groups: the policy's greedy M: and E: fields are the prompt's "
-                "context and only the B: move is sampled, so the group's rewards rank the moves that greedy play "
-                "would choose from its own list (0: every P group samples the whole answer)"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -147,39 +119,6 @@ class TrainConfig:
         "help": "P reward truth: 'stored' (the data's analysis; the embedded set's is at depth 10, the label "
                 "limit) or 'engine' (Stockfish at the label limit, depth 10, multipv 5, searched on demand and "
                 "cached: the truth `rookworld eval` judges moves by, for data labelled at another limit)"})
-    anchor_rows: int = field(default=0, metadata={
-        "help": "training rows per step whose stored target is learned by teacher forcing beside the GRPO loss: "
-                "an SFT anchor against forgetting what the batches do not show (0: off)"})
-    anchor_coef: float = field(default=1.0, metadata={
-        "help": "anchor_mode loss or kl: weight of the anchor's term (at 1.0 and 16 A rows the NLL's gradient "
-                "on the embedded model is about twice a GRPO step's; the KL's starts at 0)"})
-    anchor_mode: str = field(default="loss", metadata={
-        "help": "how the anchor guards: 'loss' (its NLL joins the loss, times anchor_coef), 'project' (A-GEM: "
-                "the GRPO gradient loses its component against the anchor NLL's gradient when they conflict, so "
-                "that to first order a step never raises the anchor's NLL; no anchor step of its own) or 'kl' "
-                "(the full-vocabulary KL from the reference at the rows' target tokens joins the loss, times "
-                "anchor_coef: the starting model's answers kept, not the stored ones learned; needs beta > 0)"})
-    anchor_tasks: str = field(default="A", metadata={
-        "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
-    anchor_cases: str = field(default="mix", metadata={
-        "help": "A anchor rows: 'mix', 'balanced' or 'sqrt', as --a-cases draws the GRPO prompts"})
-    consolidate_steps: int = field(default=0, metadata={
-        "help": "after the last GRPO step, this many supervised steps on training rows drawn as the anchor's "
-                "(anchor_tasks, anchor_cases), a fresh AdamW at consolidate_lr, before the final eval and "
-                "checkpoint: what GRPO shifted of the stored answers, learned back (0: off)"})
-    consolidate_rows: int = field(default=128, metadata={"help": "rows per consolidation step"})
-    consolidate_lr: float = field(default=1e-5, metadata={
-        "help": "learning rate of the consolidation steps (constant; 1e-4 on the embedded model loses A instead)"})
-    lora_rank: int = field(default=0, metadata={
-        "help": "train low-rank adapters of this rank on the blocks' matrices instead of every weight (LoRA; "
-                "embeddings, biases and norms frozen; 0: off); LoRA usually wants a higher --lr"})
-    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scale numerator: the adapters' product is "
-                                                      "multiplied by lora_alpha / lora_rank"})
-    average_last: float = field(default=0.0, metadata={
-        "help": "share of the run's steps, counted from the end, over which the policy's weights are averaged "
-                "(uniform mean after each step, at least one step; Polyak-Ruppert averaging, as SWA does): "
-                "checkpoints from then on, the periodic eval and the exported model hold the mean, while sampling "
-                "and updates use the policy's own weights (0: off)"})
     log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
     tensorboard: bool = shared("tensorboard", True)
     wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
@@ -193,11 +132,6 @@ class TrainConfig:
             ((self.rollout_chunk is None or self.rollout_chunk >= 1) and self.micro_batch_size >= 1,
              "rollout_chunk and micro_batch_size must be >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
-            (not self.p_expert or self.num_iterations == 1,
-             "p_expert's label rows have no sampling log-probs for a second PPO pass: use num_iterations 1"),
-            (0 <= self.p_choice <= 1, f"p_choice must be in [0, 1], got {self.p_choice}"),
-            (not (self.p_choice and self.p_expert), "p_choice and p_expert cannot be combined: a label is a whole "
-                                                    "answer, a choice group samples only its B: move"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
             (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
             (self.p_truth == "stored" or self.engine_rewards,
@@ -206,14 +140,6 @@ class TrainConfig:
             (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
             (self.eval_self_play >= 0, f"eval_self_play must be >= 0 (0: none), got {self.eval_self_play}"),
-            (self.anchor_rows >= 0 and self.anchor_coef >= 0, "anchor_rows and anchor_coef must be >= 0"),
-            (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
-                                                 f"got {self.anchor_tasks!r}"),
-            (self.anchor_cases in A_CASES, f"anchor_cases must be one of {A_CASES}, got {self.anchor_cases!r}"),
-            (self.anchor_mode in ANCHOR_MODES, f"anchor_mode must be one of {ANCHOR_MODES}, "
-                                               f"got {self.anchor_mode!r}"),
-            (self.a_cases in A_CASES, f"a_cases must be one of {A_CASES}, got {self.a_cases!r}"),
-            (self.p_cases in P_CASES, f"p_cases must be one of {P_CASES}, got {self.p_cases!r}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
             (all(n is None or n >= 1 for n in (self.max_new_tokens_p, self.max_new_tokens_a)),
@@ -222,14 +148,7 @@ class TrainConfig:
             (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
         checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank", "consolidate_steps")]
-        checks.append((not (self.consolidate_steps and self.lora_rank),
-                       "consolidate_steps trains every weight, lora_rank only the adapters: use one of them"))
-        checks.append((self.consolidate_rows >= 1 and self.consolidate_lr > 0,
-                       f"consolidate_rows must be >= 1 and consolidate_lr > 0, got {self.consolidate_rows}, "
-                       f"{self.consolidate_lr}"))
-        checks.append((0 <= self.average_last <= 1, f"average_last is a share of the run's steps: it must be in "
-                                                    f"[0, 1], got {self.average_last}"))
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples")]
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
@@ -243,70 +162,25 @@ class TrainConfig:
 
 def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
                     ema: grpo.EMABaseline | None) -> grpo.Advantages:
-    """The step's advantages from every group's rewards, each task's groups against its baseline
-    (`gcfg.baseline_of`); an 'ema' baseline then takes in the step's rewards of the tasks it serves."""
+    """The step's advantages from every group's rewards; an 'ema' baseline then takes in the step's rewards.
+    With learn_a false the A groups' advantages are 0."""
     rewards = torch.tensor([s.rewards for s in summaries])  # (B, G)
-    values, zero_std = torch.zeros_like(rewards), torch.zeros(len(summaries), dtype=torch.bool)
-    kinds = [gcfg.baseline_of(s.task) for s in summaries]
-    for kind in dict.fromkeys(kinds):
-        rows = [i for i, k in enumerate(kinds) if k == kind]
-        part, tasks = rewards[rows], [summaries[i].task for i in rows]
-        adv = grpo.advantages(part, gcfg, outside_baseline(kind, [summaries[i] for i in rows], part, ema), kind=kind)
-        values[rows], zero_std[rows] = adv.values, adv.zero_std
-        if kind == "ema":
-            ema.update(tasks, part)
+    tasks = [s.task for s in summaries]
+    adv = grpo.advantages(rewards, gcfg, ema.values(tasks, rewards) if ema is not None else None)
+    if ema is not None:
+        ema.update(tasks, rewards)
     if not gcfg.learn_a:
-        values[[s.task == "A" for s in summaries]] = 0.0
-    return grpo.Advantages(values=values, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
-
-
-def outside_baseline(kind: str, summaries: list[GroupSummary], rewards: torch.Tensor,
-                     ema: grpo.EMABaseline | None) -> torch.Tensor | None:
-    """Each group's baseline value (B,) under an outside baseline `kind`; None for one taken from the group."""
-    if kind == "greedy":
-        return torch.tensor([s.greedy_reward for s in summaries])
-    if kind == "ema":
-        return ema.values([s.task for s in summaries], rewards)
-    if kind == "samples":
-        return torch.tensor([sum(s.sampled_rewards) / len(s.sampled_rewards) for s in summaries])
-    return None
+        adv.values[[task == "A" for task in tasks]] = 0.0
+    return adv
 
 
 def make_baseline(gcfg: grpo.GRPOConfig) -> grpo.EMABaseline | None:
-    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.uses("ema") else None
+    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.baseline == "ema" else None
 
 
 def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: TrainConfig) -> list[int]:
     """Indices of this rank's groups that enter the loss (zero-std ones only with zero_std 'keep')."""
     return [i for i, g in enumerate(groups) if g is not None and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
-
-
-def group_advantages(groups: list[Group | None], rows: list[int], summaries: list[GroupSummary],
-                     adv: grpo.Advantages, gcfg: grpo.GRPOConfig, p_weights: dict[str, float], tokenizer,
-                     device: torch.device) -> list[torch.Tensor]:
-    """The advantages of the groups `rows` for the loss: (G,) per completion, or under credit 'field' (G, T) per
-    token in the group's sequence columns (see credit.py), each field's from every group's field rewards, divided
-    by at least the whole rewards' std."""
-    if gcfg.credit == "sequence":
-        return [adv.values[i].to(device) for i in rows]
-    whole = torch.tensor([s.rewards for s in summaries])  # (B, G)
-    per_field = torch.tensor([[credit.field_rewards(c, p_weights) for c in s.components] if s.task == "P"
-                              else [[r] * len(credit.FIELD_COMPONENTS) for r in s.rewards]
-                              for s in summaries])  # (B, G, F): each field's reward of P completions, A's whole
-    fields = torch.stack([grpo.advantages(per_field[..., f], gcfg, spread_of=whole).values
-                          for f in range(len(credit.FIELD_COMPONENTS))])  # (F, B, G)
-    out = []
-    for i in rows:
-        g = groups[i]
-        sequences, mask = g.sequences.cpu(), g.completion_mask.cpu()
-        tokens = adv.values[i][:, None].repeat(1, sequences.shape[1])  # (G, T): the sequence's advantage
-        for j, completion in enumerate(g.completions if g.sample.task == "P" else []):
-            cols = mask[j].nonzero().squeeze(1)
-            owner = credit.token_fields(completion, tokenizer.token_starts(sequences[j, cols].tolist()))
-            if owner is not None:
-                tokens[j, cols] = fields[owner, i, j]
-        out.append(tokens.to(device))
-    return out
 
 
 # ---------------------------------------------------------------- update
@@ -333,7 +207,7 @@ class Batch:
     completion_mask: torch.Tensor  # (N, T) True at completion tokens: a prefix of each row
     logprobs: torch.Tensor         # (N, T) sampling log-probs: the old policy of the PPO ratio
     finished: torch.Tensor         # (N,)
-    advantages: torch.Tensor       # (N,) per completion, or (N, T) per token (credit 'field')
+    advantages: torch.Tensor       # (N,) per completion
     temperature: torch.Tensor      # (N,) each row's sampling temperature
     task_a: torch.Tensor           # (N,) bool: the row answers an A prompt
 
@@ -348,12 +222,9 @@ class Batch:
                                           for i, g in enumerate(groups)]))
         temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
         task_a = torch.tensor([g.sample.task == "A" for g in groups for _ in g.completions], device=device)
-        per_token = advantages[0].dim() == 2
         return cls(shared, *(_pad_cat([getattr(g, name)[:, start:] for g, start in zip(groups, starts)], fill)
                              for name, fill in (("sequences", 0), ("completion_mask", False), ("logprobs", 0.0))),
-                   torch.cat([g.finished for g in groups]),
-                   _pad_cat([a[:, start:] for a, start in zip(advantages, starts)], 0.0) if per_token
-                   else torch.cat(advantages), temperature, task_a)
+                   torch.cat([g.finished for g in groups]), torch.cat(advantages), temperature, task_a)
 
     def select(self, rows: torch.Tensor) -> Batch:
         """The batch of rows `rows` (in that order) with only their prompts, both cut after their longest row."""
@@ -361,17 +232,15 @@ class Batch:
         lengths = self.prompts.lengths[used]
         width = int(self.completion_mask[rows].sum(1).max())
         prompts = SharedPrompts(self.prompts.ids[used, :int(lengths.max())], lengths, inverse)
-        advantages = self.advantages[rows]
         return Batch(prompts, self.completions[rows, :width], self.completion_mask[rows, :width],
-                     self.logprobs[rows, :width], self.finished[rows],
-                     advantages[:, :width] if advantages.dim() == 2 else advantages, self.temperature[rows],
+                     self.logprobs[rows, :width], self.finished[rows], self.advantages[rows], self.temperature[rows],
                      self.task_a[rows])
 
     def micro_batches(self, size: int, by_length: bool = False):
         """Batches of `size` rows at a time, in batch order, or with by_length groups longest completion
         first (a group's rows stay together, so its prompt runs once): rows of a similar length share a
         micro-batch, so little padding is computed, and each micro-batch fits in the memory the larger
-        one before it freed (shortest first raised the peak resident memory by a fifth)."""
+        one before it freed."""
         order = torch.arange(len(self.advantages), device=self.advantages.device)
         if by_length:
             lengths = self.completion_mask.sum(1)  # (N,)
@@ -382,78 +251,20 @@ class Batch:
             yield self.select(order[start:start + size])
 
 
-def learner(policy, cfg: TrainConfig) -> tuple[torch.optim.AdamW, LoRA | None]:
-    """The run's optimizer and, with cfg.lora_rank, the adapters it steps (which freeze the policy's weights)."""
-    lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
-    return training.make_optimizer(policy if lora is None else lora, cfg), lora
-
-
-def weight_average(policy, cfg: TrainConfig) -> AveragedModel | None:
-    """With cfg.average_last, the running uniform mean of the policy's weights (torch's AveragedModel, SWA's
-    average), updated after each step from average_start(cfg) on; None when off."""
-    return AveragedModel(policy) if cfg.average_last else None
-
-
-def average_start(cfg: TrainConfig) -> int:
-    """The first step whose weights join the mean: the last round(average_last * steps) steps, at least one."""
-    return cfg.steps - max(1, round(cfg.average_last * cfg.steps)) + 1
-
-
-def exported(policy, average: AveragedModel | None):
-    """The weights a checkpoint, the periodic eval and the exported model hold: the mean once it has begun."""
-    return average.module if average is not None and average.n_averaged > 0 else policy
-
-
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
     """The learning rate of the step about to be taken: schedule times the rollback back-off."""
     training.set_lr(optimizer, cfg.lr * state.lr_scale * training.lr_factor(cfg, state.step))
-
-
-@dataclass
-class Anchor:
-    """This rank's share of a step's anchor rows: teacher-forced rows, their target mask, and the target
-    tokens of all ranks' rows (every rank divides by it, so the summed gradients are one process's)."""
-
-    rows: torch.Tensor    # (R, T) right-padded [eos] + prompt + target + [eos]
-    target: torch.Tensor  # (R, T) True at the target tokens and the final EOS
-    tokens: float
-
-    @classmethod
-    def of(cls, tokenizer, samples: list[Sample], d: Dist, device: torch.device | str) -> Anchor:
-        from rookworld.sft import encode_samples, target_batch
-
-        rows, target = target_batch(encode_samples(tokenizer, samples), tokenizer.eos_id)
-        return cls(rows[d.rank::d.world].to(device), target[d.rank::d.world].to(device), float(target.sum()))
-
-    def term(self, policy, reference, mode: str, kl_direction: str) -> torch.Tensor:
-        """This rank's share of the rows' mean per target token (summed over ranks, one process's mean): the NLL of
-        the stored targets, or (mode 'kl') the full-vocabulary KL between the policy and the reference, which is
-        0 with a 0 gradient until the policy moves."""
-        from rookworld.model import token_logprobs
-        from rookworld.sft import batch_nll
-
-        if mode == "kl":
-            summed = token_logprobs(policy, self.rows, self.target, reference=reference, kl=True,
-                                    kl_direction=kl_direction).kl.sum()
-        else:
-            summed = batch_nll(policy, self.rows, self.target).sum()
-        return summed / max(self.tokens, 1.0)
 
 
 def load_reference(cfg: TrainConfig, gcfg: grpo.GRPOConfig, device: str):
     """The frozen starting model the KL terms measure against, on --ref-device (None with beta 0)."""
     from rookworld.hub import load_model, resolve_default_model
 
-    anchor_kl = bool(cfg.anchor_rows) and cfg.anchor_mode == "kl"
     if gcfg.beta <= 0:
-        if anchor_kl:
-            raise UserError("--anchor-mode kl holds the policy to the reference model, which --beta 0 does not "
-                            "load: give --beta > 0 or another --anchor-mode")
         return None
     ref_device = cfg.ref_device or device
-    if (gcfg.kl_estimator == "full" or anchor_kl) and ref_device != device:
-        raise UserError("--kl-estimator full and --anchor-mode kl need the reference on the policy's device; "
-                        "drop --ref-device")
+    if gcfg.kl_estimator == "full" and ref_device != device:
+        raise UserError("--kl-estimator full needs the reference on the policy's device; drop --ref-device")
     reference, _ = load_model(cfg.model or str(resolve_default_model()), device=ref_device)
     return reference.requires_grad_(False)
 
@@ -462,45 +273,7 @@ def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     """The sampler of the GRPO prompts."""
     from rookworld.data.batches import TaskSampler
 
-    return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed,
-                       a_cases=cfg.a_cases, p_pool=cfg.p_pool, p_cases=cfg.p_cases)
-
-
-def anchor_kind_sampler(cfg: TrainConfig, train_samples: list[Sample], seed_offset: int):
-    """A sampler of training rows of the anchor's kind (anchor_tasks, anchor_cases), seeded at the run's seed
-    plus `seed_offset`."""
-    from rookworld.data.batches import TaskSampler
-
-    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + seed_offset,
-                       a_cases=cfg.anchor_cases)
-
-
-def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
-    """The sampler of the anchor rows (None when cfg.anchor_rows is 0)."""
-    return anchor_kind_sampler(cfg, train_samples, ANCHOR_SEED_OFFSET) if cfg.anchor_rows else None
-
-
-def consolidate(model, tokenizer, cfg: TrainConfig, train_samples: list[Sample], d: Dist) -> dict[str, float]:
-    """cfg.consolidate_steps supervised steps of `model` (in place) on the stored targets of rows drawn as the
-    anchor's, seeded apart from the batches and the anchor; the mean target NLL of the first and of the last
-    quarter of the steps' rows (each step's rows before its update: one batch alone is mostly its rows' noise)."""
-    sampler = anchor_kind_sampler(cfg, train_samples, CONSOLIDATE_SEED_OFFSET)
-    optimizer = training.make_optimizer(model, replace(cfg, lr=cfg.consolidate_lr, weight_decay=0.0))
-    device = model.wte.weight.device
-    nll = []
-    for _ in range(cfg.consolidate_steps):
-        model.zero_grad(set_to_none=True)
-        term = Anchor.of(tokenizer, sampler.next(cfg.consolidate_rows), d, device).term(model, None, "loss", "")
-        term.backward()
-        nll.append(all_sum([float(term.detach())], d)[0])
-        _summed_grads(model, d)
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-    model.zero_grad(set_to_none=True)
-    quarter = max(1, len(nll) // 4)
-    return {"consolidate/nll_first": sum(nll[:quarter]) / quarter,
-            "consolidate/nll_last": sum(nll[-quarter:]) / quarter}
+    return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
 
 
 def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
@@ -519,18 +292,12 @@ def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
 
 
 def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
-                  beta: float, max_completion: int, d: Dist, anchor: Anchor | None = None,
-                  lora: LoRA | None = None) -> dict[str, float]:
+                  beta: float, max_completion: int, d: Dist) -> dict[str, float]:
     """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
 
     `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
-    Log-probs (policy, old, reference) are taken at each row's sampling temperature. `anchor` adds
-    cfg.anchor_coef times the anchor rows' mean target-token NLL to every optimizer step (`anchor/nll`), or with
-    cfg.anchor_mode "kl" their mean full-vocabulary KL from the reference (`anchor/kl`), or with "project"
-    removes from the GRPO gradient its component against that NLL's gradient
-    (`anchor/cos`: their cosine before; `anchor/projected`: the share of optimizer steps that were projected).
+    Log-probs (policy, old, reference) are taken at each row's sampling temperature.
     `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
-    With `lora` the optimizer steps its adapters, whose gradients come from the policy's (lora.py).
     """
     from rookworld.model import token_logprobs
 
@@ -544,7 +311,7 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                                          max_completion_length=max_completion))
     total_norm, total_micro = all_sum([local_norm, 0.0 if batch is None else
                                        math.ceil(len(batch.advantages) / cfg.micro_batch_size)], d)
-    if total_micro == 0:  # the anchor alone does not make a step: it guards GRPO updates, it is not one
+    if total_micro == 0:
         return {"grad_norm": 0.0, "guard/nonfinite": 0.0, "update/applied": 0.0}
     normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
     # bnpo normalises each micro-batch by its own tokens: its rows stay in batch order
@@ -569,19 +336,9 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     tokens_seen = 0.0
     ratio_max = 0.0  # over the micro-batches and iterations
     grad_norm = 0.0
-    anchor_term = anchor_cos = anchor_projected = 0.0
-    project = anchor is not None and cfg.anchor_mode == "project"
     stepped = [p for group in optimizer.param_groups for p in group["params"]]
     for _ in range(cfg.num_iterations):
-        policy.zero_grad(set_to_none=True)  # all the optimizer steps: the policy's, or LoRA's (assigned, never summed)
-        if anchor is not None and len(anchor.rows):
-            with autocast:
-                term = anchor.term(policy, reference, cfg.anchor_mode, gcfg.kl_direction)
-            (term if project else cfg.anchor_coef * term).backward()
-            anchor_term += float(term.detach()) / cfg.num_iterations
-        if project:  # the anchor's own gradient, kept aside (set_to_none detaches it, no copy): GRPO's is projected
-            anchor_grads = _summed_grads(policy, d)
-            policy.zero_grad(set_to_none=True)
+        policy.zero_grad(set_to_none=True)
         for mb, ref_logp in zip(micro, ref):
             mask = mb.completion_mask
             with autocast:
@@ -604,12 +361,6 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
                 totals[key] += stats.get(key, 0.0) * tokens
             ratio_max = max(ratio_max, stats["ratio/max"])
         grads = _summed_grads(policy, d)
-        if project:
-            cos = grpo.project_conflict(grads, anchor_grads)
-            anchor_cos += cos / cfg.num_iterations
-            anchor_projected += float(cos < 0) / cfg.num_iterations
-        if lora is not None:
-            grads = lora.take_grads()
         grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
         if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
             policy.zero_grad(set_to_none=True)
@@ -617,8 +368,6 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(stepped, cfg.grad_clip)
         optimizer.step()
-        if lora is not None:
-            lora.write()
     # Sums over ranks, so every rank sees the same numbers (the rollback decision must agree).
     keys = SUMMED_STATS + TOKEN_MEAN_STATS
     *summed, tokens_seen = all_sum([totals[k] for k in keys] + [tokens_seen], d)
@@ -631,11 +380,6 @@ def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.
     terms = [abs(result.get(k, 0.0)) for k in ("pg_loss", "kl_loss", "entropy_loss")]
     result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
     result["grad_norm"] = grad_norm
-    if anchor is not None:
-        result["anchor/kl" if cfg.anchor_mode == "kl" else "anchor/nll"] = all_sum([anchor_term], d)[0]
-    if project:  # from the summed gradients: the same on every rank
-        result["anchor/cos"] = anchor_cos
-        result["anchor/projected"] = anchor_projected
     result["guard/nonfinite"] = 0.0
     result["update/applied"] = 1.0
     return result
@@ -653,12 +397,11 @@ class RunState:
     rollbacks: int = 0
     skipped_steps: int = 0
     reward_history: list[float] = field(default_factory=list)
-    consolidated: bool = False  # the weights have had --consolidate-steps: no GRPO policy to continue
 
 
 def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, parts: dict[str, Any]) -> dict[str, Any]:
     """In-memory copy of the last good state, restored by a rollback; `parts`: the run's optional stateful
-    pieces by name (the ema baseline, LoRA adapters, the weight average), None where off."""
+    pieces by name (the ema baseline), None where off."""
     return {"policy": copy.deepcopy(policy.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
             "beta": beta_ctl.state_dict(),
             **{name: None if part is None else copy.deepcopy(part.state_dict()) for name, part in parts.items()}}
@@ -673,51 +416,22 @@ def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaControll
             part.load_state_dict(copy.deepcopy(snap[name]))  # a snapshot may be restored more than once
 
 
-def check_resumable(saved: dict[str, Any], resume_dir: Path, cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> None:
+def check_resumable(saved: dict[str, Any], resume_dir: Path, gcfg: grpo.GRPOConfig) -> None:
     """Refuse, before any work, a checkpoint that this config cannot continue as one uninterrupted run of it
-    would go: one saved with other parts (LoRA adapters, an ema baseline, an anchor sampler, a weight average),
-    one whose weights are consolidated, or one whose weight average a run of cfg.steps
-    would have begun at another step."""
-    own = "; resume with that run's own config.json"
-    if (cfg.lora_rank == 0) != (saved.get("lora") is None):
-        saved_with, wanted = ("without", "with") if cfg.lora_rank else ("with", "without")
-        raise UserError(f"{resume_dir} was saved by a run {saved_with} LoRA adapters (--lora-rank) and cannot "
-                        f"continue {wanted} them{own}")
-    if gcfg.uses("ema") and saved.get("baseline") is None:
-        raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without --baseline ema{own}")
-    if cfg.anchor_rows and saved.get("anchor") is None:
-        raise UserError(f"{resume_dir} holds no anchor sampler state: it was saved by a run without --anchor-rows{own}")
-    if (cfg.average_last == 0) != (saved.get("average") is None):
-        saved_with, wanted = ("without", "with") if cfg.average_last else ("with", "without")
-        raise UserError(f"{resume_dir} was saved by a run {saved_with} --average-last and cannot continue {wanted} "
-                        f"it{own}")
-    if saved["run"].get("consolidated"):
-        raise UserError(f"--steps {cfg.steps}: {resume_dir} holds the weights its --consolidate-steps changed after "
-                        f"the last GRPO step, not a policy to continue; start a new run with --model {resume_dir}")
-    if cfg.average_last:
-        from rookworld.hub import read_metadata
-
-        was = read_metadata(resume_dir).get("train", {})  # the config that saved the checkpoint
-        before = replace(cfg, steps=was.get("steps", cfg.steps), average_last=was.get("average_last", cfg.average_last))
-        starts = average_start(before), average_start(cfg)
-        if starts[0] != starts[1] and saved["step"] >= min(starts):
-            raise UserError(f"--steps {cfg.steps} --average-last {cfg.average_last}: the weight average would begin "
-                            f"at step {starts[1]}, where that of {resume_dir} begins at step {starts[0]} (--steps "
-                            f"{before.steps} --average-last {before.average_last}) and it is at step {saved['step']}; "
-                            f"resume with those, or start a new run with --model {resume_dir}")
+    would go: one saved without the ema baseline this config needs."""
+    if gcfg.baseline == "ema" and saved.get("baseline") is None:
+        raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without --baseline ema; "
+                        "resume with that run's own config.json")
 
 
 def load_run(saved: dict[str, Any], policy, optimizer, cfg: TrainConfig, parts: dict[str, Any]) -> RunState:
     """A checkpoint's saved state (checked by check_resumable) put into a run's pieces: `parts` by their names in
-    the checkpoint (None: this config has none; LoRA first, the adapters and the frozen weights they add to), the
-    optimizer's moments with this config's AdamW settings, and the policy's own weights where the model files hold
-    a weight average; returns the run's counters."""
+    the checkpoint (None: this config has none) and the optimizer's moments with this config's AdamW settings;
+    returns the run's counters."""
     for name, part in parts.items():
         if part is not None:
             part.load_state_dict(saved[name])
     training.load_optimizer(optimizer, saved["optimizer"], cfg)
-    if saved.get("policy") is not None:
-        policy.load_state_dict(saved["policy"])
     return RunState(**saved["run"])
 
 
@@ -772,8 +486,6 @@ def step_metrics(summaries: list[GroupSummary], adv: grpo.Advantages) -> dict[st
         for comp in s.components:
             for name, value in comp.items():
                 components.setdefault(f"reward/{s.task}/{name}", []).append(value)
-        if s.greedy_reward is not None:
-            components.setdefault(f"reward/{s.task}/greedy", []).append(s.greedy_reward)
         lengths.extend(s.lengths)
         truncated.extend(s.truncated)
     for task, values in by_task.items():
@@ -812,9 +524,6 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
 
-    if cfg.p_choice and gcfg.credit == "field":
-        raise UserError("--p-choice and --credit field cannot be combined: a choice group's completion is its B: "
-                        "move alone; use --credit sequence")
     d, device = init_distributed(pick_device(cfg.device, cfg.threads))
     torch.manual_seed(cfg.seed)
     rcfg = rcfg or RewardConfig()
@@ -825,7 +534,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         out = Path(resume)
         resume_dir = training.resume_checkpoint(resume, cfg)
         saved = checkpoint.load_state(resume_dir)
-        check_resumable(saved, resume_dir, cfg, gcfg)
+        check_resumable(saved, resume_dir, gcfg)
     note = inactive_kl_guard(cfg, gcfg)
     if note and d.main:
         print(note, file=sys.stderr)
@@ -839,18 +548,15 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
     max_completion = max(limits.values())
     sampler = batch_sampler(cfg, train_samples)
-    anchor_sampler = make_anchor_sampler(cfg, train_samples)
-    optimizer, lora = learner(policy, cfg)
+    optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)
-    average = weight_average(policy, cfg)
-    parts = {"baseline": ema, "lora": lora, "average": average}
+    parts = {"baseline": ema}
     state = RunState()
     if saved is not None:
         if d.main:
             checkpoint.clear_debris(out)
-        state = load_run(saved, policy, optimizer, cfg, {"lora": lora, "sampler": sampler, "beta": beta_ctl,
-                                                         "baseline": ema, "anchor": anchor_sampler, "average": average})
+        state = load_run(saved, policy, optimizer, cfg, {"sampler": sampler, "beta": beta_ctl, "baseline": ema})
     set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
@@ -864,12 +570,11 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     first_values: dict[str, Values] = {}  # each eval set's values at step 0, when this process evaluated it
 
     def held_out(step: int, pool) -> dict[str, float]:
-        model = exported(policy, average)
         if decoder is not None:
-            decoder.sync(model)
+            decoder.sync(policy)
         found = {}
         for prefix, (eval_cfg, samples) in evals.items():
-            result, values = model_values(model, tokenizer, samples, eval_cfg, pool, decoder)
+            result, values = model_values(policy, tokenizer, samples, eval_cfg, pool, decoder)
             if step == 0:
                 first_values[prefix] = values
             elif prefix in first_values:  # the paired change since step 0 (a resumed run has no step-0 values)
@@ -882,19 +587,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     run_config = {"train": asdict(cfg), "grpo": asdict(gcfg), "reward": asdict(rcfg)}
 
     def write_model(directory: Path) -> None:
-        save_model(exported(policy, average), tokenizer, directory,
+        save_model(policy, tokenizer, directory,
                    metadata={"trained_with": "rookworld train", **run_config})
 
     def save_checkpoint(metrics: dict[str, float] | None = None) -> None:
         if d.main:
             checkpoint.save(out, state.step, {"optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
                                               "beta": beta_ctl.state_dict(), "run": asdict(state),
-                                              "baseline": None if ema is None else ema.state_dict(),
-                                              "anchor": None if anchor_sampler is None else
-                                              anchor_sampler.state_dict(),
-                                              "lora": None if lora is None else lora.state_dict(),
-                                              "average": None if average is None else average.state_dict(),
-                                              "policy": None if average is None else policy.state_dict()},
+                                              "baseline": None if ema is None else ema.state_dict()},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
@@ -911,7 +611,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             if decoder is not None:
                 decoder.sync(policy)
             groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
-                                        rcfg, decoder, gcfg.uses("greedy"))
+                                        rcfg, decoder)
             adv = step_advantages(summaries, gcfg, ema)
             learn = learning_groups(groups, adv, cfg)
             metrics = step_metrics(summaries, adv)
@@ -922,14 +622,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                                 weights_at(rcfg, state.step).items() for name, w in weights.items()})
             beta = beta_ctl.beta
             t1 = time.perf_counter()
-            batch = Batch.of([groups[i] for i in learn], group_advantages(
-                groups, learn, summaries, adv, gcfg, weights_at(rcfg, state.step)["P"], tokenizer, device)) \
-                if learn else None
-            # every rank draws the same rows and learns its share of them, as the batch's groups
-            anchor = (Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device)
-                      if anchor_sampler is not None else None)
-            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d, anchor,
-                                   lora)
+            batch = Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn]) if learn else None
+            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d)
             metrics.update(update)
             if update["guard/nonfinite"]:
                 state.skipped_steps += 1
@@ -950,18 +644,11 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
             metrics["lr"] = optimizer.param_groups[0]["lr"]
             state.step += 1
-            if average is not None and reason is None and state.step >= average_start(cfg):
-                average.update_parameters(policy)
             set_lr(optimizer, cfg, state)
             metrics.update({"beta": beta,
                             "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
                             **timings, "time/update": time.perf_counter() - t1,
                             "time/step": time.perf_counter() - t0})
-            if stop is None and state.step == cfg.steps and cfg.consolidate_steps:  # outside the step's time
-                t2 = time.perf_counter()
-                metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
-                metrics["time/consolidate"] = time.perf_counter() - t2
-                state.consolidated = True
             logger.log(state.step, metrics)
             logger.log_samples(state.step, sample_rows(groups, cfg.log_samples, d))
             if stop is not None:  # saved after its logs, as every step: a resumed run's logs go on without a gap
