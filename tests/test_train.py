@@ -16,8 +16,9 @@ import torch
 from conftest import one_error_line
 from safetensors.torch import load_file
 
-from rookworld import checkpoint, cli, grpo, rollout, runtime, train
+from rookworld import checkpoint, cli, grpo, rollout, runtime, step, train
 from rookworld.model import GPT, GPTConfig
+from rookworld.rewards import RewardConfig
 
 pytestmark = pytest.mark.stockfish
 
@@ -53,6 +54,11 @@ def tiny_config(model: Path, data: Path, out: Path, **overrides) -> train.TrainC
     # threads=1: float reductions (and so the sampled ids) do not depend on the machine's core count.
     # A random tiny model gets equal rewards in most groups; the entropy bonus keeps gradients non-zero.
     return replace(base, **overrides)
+
+
+def rollout_cfg(cfg: train.TrainConfig, limits: dict[str, int]) -> rollout.RolloutConfig:
+    """The rollout settings a one-process run of `cfg` samples and scores with at these completion limits."""
+    return step.rollout_config(cfg, RewardConfig(), limits, runtime.Dist())
 
 
 def weights(run: Path) -> dict[str, torch.Tensor]:
@@ -122,8 +128,8 @@ def test_a_prompts_that_do_not_learn_keep_only_their_kl():
         return rollout.GroupSummary(task, rewards, [{}] * len(rewards), [5] * len(rewards), [False] * len(rewards))
     summaries = [summary("P", [1.0, 0.0, 0.5, 0.5]), summary("A", [1.0, 0.0, 1.0, 1.0]),
                  summary("A", [1.0, 1.0, 1.0, 1.0]), summary("P", [0.2, 0.9, 0.2, 0.2])]
-    learning = train.step_advantages(summaries, grpo.GRPOConfig(), None)
-    holding = train.step_advantages(summaries, grpo.GRPOConfig(learn_a=False), None)
+    learning = step.step_advantages(summaries, grpo.GRPOConfig(), None)
+    holding = step.step_advantages(summaries, grpo.GRPOConfig(learn_a=False), None)
     assert learning.values[1].abs().sum() > 0 and torch.equal(holding.values[1:3], torch.zeros(2, 4))
     assert torch.equal(holding.values[[0, 3]], learning.values[[0, 3]])
     assert holding.zero_std.tolist() == learning.zero_std.tolist() == [False, False, True, False]
@@ -141,8 +147,9 @@ def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, t
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0][::20][:4]
     assert {s.task for s in samples} == {"P", "A"}
-    groups = rollout.rollout(policy, tokenizer, samples, cfg, {"P": 24, "A": 24}, 0, 0, None, runtime.Dist(), {})
-    batch = train.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
+    groups = rollout.rollout(policy, tokenizer, samples, rollout_cfg(cfg, {"P": 24, "A": 24}), 0, 0, None,
+                             runtime.Dist(), {})
+    batch = rollout.Batch.of(groups, [torch.zeros(cfg.group_size) for _ in groups])
     assert sorted(set(batch.temperature.tolist())) == pytest.approx([0.6, 1.4])
     for mb in batch.micro_batches(64):
         args = (policy, mb.completions, mb.completion_mask)
@@ -174,15 +181,16 @@ def test_chunks_are_scored_on_a_second_thread_with_the_same_rewards(tiny_run_inp
 
     monkeypatch.setattr(rollout, "score_chunk", recording)
     timings: dict[str, float] = {}
-    groups = rollout.rollout(policy, tokenizer, samples, cfg, limits, 0, 0, None, runtime.Dist(), timings)
+    settings = rollout_cfg(cfg, limits)
+    groups = rollout.rollout(policy, tokenizer, samples, settings, 0, 0, None, runtime.Dist(), timings)
     assert threads == [False, False, False]  # three chunks of two prompts, none scored on the main thread
     assert {"time/generate", "time/reward", "time/reward_total"} <= set(timings)
     for c in range(3):
         part = samples[2 * c:2 * c + 2]
-        gen, texts, settings = rollout.sample_chunk(policy, tokenizer, part, cfg, limits,
-                                                     rollout.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
-        scores, _ = score_chunk(part, texts, cfg, None, None)
-        for mine, theirs in zip(groups[2 * c:2 * c + 2], rollout.chunk_groups(part, gen, texts, settings, scores, 4)):
+        gen, texts, sampled = rollout.sample_chunk(policy, tokenizer, part, settings,
+                                                    rollout.chunk_generator(cfg.seed, 0, c, torch.device("cpu")))
+        scores, _ = score_chunk(part, texts, settings, None)
+        for mine, theirs in zip(groups[2 * c:2 * c + 2], rollout.chunk_groups(part, gen, texts, sampled, scores, 4)):
             assert torch.equal(mine.sequences, theirs.sequences) and mine.rewards == theirs.rewards
 
 
@@ -196,8 +204,9 @@ def test_engine_p_truth_scores_against_a_search_at_the_label_limit(tiny_run_inpu
     samples = [s for s in train.load_data(stored)[0] if s.task == "P"][:2]
     texts = [s.target for s in samples for _ in range(stored.group_size)]  # the data's own labels
     with StockfishPool(processes=1) as pool:
-        from_data, _ = rollout.score_chunk(samples, texts, stored, pool, None)
-        scores, _ = rollout.score_chunk(samples, texts, engine, pool, None)
+        limits = {"P": 24, "A": 24}
+        from_data, _ = rollout.score_chunk(samples, texts, rollout_cfg(stored, limits), pool)
+        scores, _ = rollout.score_chunk(samples, texts, rollout_cfg(engine, limits), pool)
         searched = pool.analyse([s.fen for s in samples], LABEL_LIMIT)
         assert all(a.limit == "depth=10" for a in searched)
         expected = score_batch([(s.prompt, s.target, a) for s, a in zip(samples, searched)
@@ -248,9 +257,10 @@ def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp
     policy, tokenizer = load_model(model_dir)
     samples = train.load_data(cfg)[0]
     short, long = min(samples, key=lambda s: len(s.prompt)), max(samples, key=lambda s: len(s.prompt))
-    groups = rollout.rollout(policy, tokenizer, [long, short], cfg, {"P": 24, "A": 24}, 0, 0, None, runtime.Dist(), {})
+    groups = rollout.rollout(policy, tokenizer, [long, short], rollout_cfg(cfg, {"P": 24, "A": 24}), 0, 0, None,
+                             runtime.Dist(), {})
     assert bool((~groups[1].attention_mask[:, 0]).all())  # the short prompt's rows start with padding
-    batch = train.Batch.of(groups, [torch.arange(cfg.group_size, dtype=torch.float32) + 10 * i for i in range(2)])
+    batch = rollout.Batch.of(groups, [torch.arange(cfg.group_size, dtype=torch.float32) + 10 * i for i in range(2)])
     G = cfg.group_size
     assert batch.prompts.rows.tolist() == [0] * G + [1] * G
     assert batch.task_a.tolist() == [s.task == "A" for s in (long, short) for _ in range(G)]
@@ -303,17 +313,18 @@ def test_a_rows_are_sampled_from_their_labels_as_drafts(monkeypatch):
     policy, tokenizer = load_model(resolve_default_model())
     samples = train.load_data(cfg)[0]
     part = [s for s in samples if s.task == "A"][:6] + [next(s for s in samples if s.task == "P")]
-    limits, G = rollout.completion_limits(cfg, tokenizer, samples, policy.config.n_positions), cfg.group_size
+    limits, G = rollout.completion_limits({}, tokenizer, samples, policy.config.n_positions), cfg.group_size
     drafts_seen = []
     original = generation.generate_groups
     monkeypatch.setattr(rollout, "generate_groups",
                         lambda *a, **k: drafts_seen.append(k.get("drafts")) or original(*a, **k))
     exact = {}
     for draft in (True, False):
-        gen, texts, settings = rollout.sample_chunk(policy, tokenizer, part, replace(cfg, draft_a=draft), limits,
-                                                       rollout.chunk_generator(0, 0, 0, torch.device("cpu")))
+        settings = rollout_cfg(replace(cfg, draft_a=draft), limits)
+        gen, texts, sampled = rollout.sample_chunk(policy, tokenizer, part, settings,
+                                                   rollout.chunk_generator(0, 0, 0, torch.device("cpu")))
         exact[draft] = sum(t == part[r // G].target for r, t in enumerate(texts[:6 * G]))
-        temperature = torch.tensor([settings[r // G].temperature for r in range(len(texts))])
+        temperature = torch.tensor([sampled[r // G].temperature for r in range(len(texts))])
         recomputed = token_logprobs(policy, gen.sequences, gen.completion_mask, gen.attention_mask,
                                     temperature=temperature).logp
         assert (gen.logprobs - recomputed).abs().max() <= 1e-4
@@ -324,8 +335,6 @@ def test_a_rows_are_sampled_from_their_labels_as_drafts(monkeypatch):
 
 
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
-    from rookworld.rewards import RewardConfig
-
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "default", steps=1, p_fraction=1.0, max_new_tokens_p=8)
     default = train.main(cfg, grpo.GRPOConfig())
@@ -390,13 +399,13 @@ def test_beta_a_scale_weighs_the_kl_of_the_a_rows_alone(tiny_run_inputs):
     completions = torch.randint(1, tokenizer.vocab_size, (6, 10), generator=generator)
     prompts = SharedPrompts(torch.randint(1, tokenizer.vocab_size, (2, 8), generator=generator), torch.tensor([8, 5]),
                             torch.tensor([0, 0, 0, 1, 1, 1]))
-    batch = train.Batch(prompts, completions, torch.ones_like(completions, dtype=torch.bool),
+    batch = rollout.Batch(prompts, completions, torch.ones_like(completions, dtype=torch.bool),
                         torch.zeros(completions.shape), torch.ones(6, dtype=torch.bool), torch.zeros(6),
                         torch.ones(6), torch.tensor([False] * 3 + [True] * 3))
 
     def kl_loss(scale: float) -> float:
         model = copy.deepcopy(policy)
-        stats = train.policy_update(model, reference, torch.optim.SGD(model.parameters(), lr=0.0), batch,
+        stats = step.policy_update(model, reference, torch.optim.SGD(model.parameters(), lr=0.0), batch,
                                     grpo.GRPOConfig(beta=0.1, beta_a_scale=scale), train.TrainConfig(grad_clip=0.0),
                                     0.1, 10, runtime.Dist())
         return stats["kl_loss"]
@@ -474,7 +483,7 @@ def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
 
 
 def test_reward_warmup_scores_with_the_steps_weights_and_logs_them(tiny_run_inputs, tmp_path):
-    from rookworld.rewards import WARMUP_WEIGHTS, WEIGHTS, RewardConfig
+    from rookworld.rewards import WARMUP_WEIGHTS, WEIGHTS
 
     model_dir, data = tiny_run_inputs
     rcfg = RewardConfig(reward_warmup_steps=2)
@@ -587,10 +596,11 @@ def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_
 
 
 def test_default_rollout_chunk_gives_every_rank_prompts():
-    cfg = train.TrainConfig(batch_size=16)
-    assert rollout.chunk_size(cfg, runtime.Dist()) == 16
-    assert rollout.chunk_size(cfg, runtime.Dist(rank=3, world=4)) == 4
-    assert rollout.chunk_size(replace(cfg, rollout_chunk=16), runtime.Dist(rank=3, world=4)) == 16
+    cfg, limits = train.TrainConfig(batch_size=16), {"P": 8, "A": 8}
+    assert step.rollout_config(cfg, RewardConfig(), limits, runtime.Dist()).chunk == 16
+    assert step.rollout_config(cfg, RewardConfig(), limits, runtime.Dist(rank=3, world=4)).chunk == 4
+    assert step.rollout_config(replace(cfg, rollout_chunk=16), RewardConfig(), limits,
+                               runtime.Dist(rank=3, world=4)).chunk == 16
     with pytest.raises(ValueError, match="rollout_chunk"):
         train.TrainConfig(rollout_chunk=0)
 
@@ -751,8 +761,8 @@ def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs,
     best = checkpoint.best(out)
     info = checkpoint.read_info(best)
     assert info["step"] in (3, 6)  # an evaluated step, never a checkpoint that carried older eval metrics
-    for step in (2, 4):
-        assert "eval/reward/mean" not in checkpoint.read_info(out / checkpoint.step_dir_name(step))["metrics"]
+    for unevaluated in (2, 4):
+        assert "eval/reward/mean" not in checkpoint.read_info(out / checkpoint.step_dir_name(unevaluated))["metrics"]
     with StockfishPool(processes=1) as pool:
         for evaluated in (best, out / checkpoint.LAST):
             model, tokenizer = load_model(evaluated)

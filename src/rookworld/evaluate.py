@@ -426,7 +426,7 @@ def _load_samples(args: argparse.Namespace) -> list[Sample]:
 
 def run(args: argparse.Namespace) -> int:
     from rookworld.config import build_config
-    from rookworld.log import jsonable
+    from rookworld.fsutil import jsonable
     from rookworld.stockfish import StockfishPool
 
     cfg = build_config(EvalConfig, args)

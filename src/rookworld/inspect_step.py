@@ -19,23 +19,20 @@ import torch
 from rookworld import checkpoint, grpo, training
 from rookworld.fsutil import output_file
 from rookworld.rewards import RewardConfig
-from rookworld.rollout import collect, completion_limits, rollout
+from rookworld.rollout import Batch, collect, completion_limits, rollout
 from rookworld.runtime import Dist
+from rookworld.step import learning_groups, policy_update, rollout_config, step_advantages
 from rookworld.train import (
-    Batch,
     RunState,
     TrainConfig,
     batch_sampler,
     check_resumable,
     configs_from_args,
-    learning_groups,
     load_data,
     load_reference,
     load_run,
     make_baseline,
-    policy_update,
     set_lr,
-    step_advantages,
 )
 
 
@@ -72,7 +69,10 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     policy, tokenizer = load_model(str(resume_dir or cfg.model or resolve_default_model()), device=device)
     reference = load_reference(cfg, gcfg, device)
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
-    limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
+    limits = completion_limits({"P": cfg.max_new_tokens_p, "A": cfg.max_new_tokens_a}, tokenizer, train_samples,
+                               policy.config.n_positions)
+    d = Dist()
+    rollout_cfg = rollout_config(cfg, rcfg or RewardConfig(), limits, d)
     sampler = batch_sampler(cfg, train_samples)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl, ema = grpo.BetaController(gcfg), make_baseline(gcfg)
@@ -84,11 +84,10 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     set_lr(optimizer, cfg, state)
     step = state.step  # 0-based: it seeds the step's random streams and the reward's warm-up
     samples = sampler.next(cfg.batch_size)
-    d = Dist()
     beta = beta_ctl.beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, step, pool, d, {}, rcfg)
+        groups, summaries = collect(policy, tokenizer, sampler, samples, rollout_cfg, step, pool, d, {})
         adv = step_advantages(summaries, gcfg, ema)
         learn = learning_groups(groups, adv, cfg)
         advantages = [adv.values[i].to(device) for i in range(len(groups))]
@@ -96,13 +95,12 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
         terms = per_sequence_terms(policy, reference, every, gcfg, beta)
         # the step's prompts after resampling, sampled on the same random streams before and after the update
         final = [g.sample for g in groups]
-        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, step, 0, pool, d,
-                                                         {}, rcfg)
+        before = groups if final == samples else rollout(policy, tokenizer, final, rollout_cfg, step, 0, pool, d, {})
         policy.train()
         batch = Batch.of([groups[i] for i in learn], [advantages[i] for i in learn]) if learn else None
         update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max(limits.values()), d)
         policy.eval()
-        after = rollout(policy, tokenizer, final, cfg, limits, step, 0, pool, d, {}, rcfg)
+        after = rollout(policy, tokenizer, final, rollout_cfg, step, 0, pool, d, {})
     G = cfg.group_size
     prompts = []
     for b, group in enumerate(groups):
