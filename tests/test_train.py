@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -104,6 +103,7 @@ LOSS_PATHS = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("name", LOSS_PATHS)
 def test_every_loss_path_takes_a_real_step(tiny_run_inputs, tmp_path, name):
     model_dir, data = tiny_run_inputs
@@ -135,6 +135,7 @@ def test_a_prompts_that_do_not_learn_keep_only_their_kl():
     assert holding.zero_std.tolist() == learning.zero_std.tolist() == [False, False, True, False]
 
 
+@pytest.mark.integration
 def test_off_policy_sampling_is_scored_at_its_own_temperature(tiny_run_inputs, tmp_path):
     """Sampling at temperature != 1 and top-p < 1: the ratio's old log-probs (generation's) and the new ones
     (the update's) refer to the same tempered distribution, so before any update the ratio is 1."""
@@ -297,6 +298,7 @@ def test_batch_holds_each_prompt_once_and_scores_as_sampled(tiny_run_inputs, tmp
     assert torch.equal(torch.cat([mb.advantages for mb in longest_first]), expected)
 
 
+@pytest.mark.integration
 def test_a_rows_are_sampled_from_their_labels_as_drafts(monkeypatch):
     """--draft-a (default true): the A prompts' labels are the drafts of speculative sampling, the P prompts have
     none; the shipped model reproduces most labels whole, its rows' log-probs are the model's, and with
@@ -305,9 +307,6 @@ def test_a_rows_are_sampled_from_their_labels_as_drafts(monkeypatch):
     from rookworld.hub import load_model, resolve_default_model
     from rookworld.model import token_logprobs
 
-    parser = argparse.ArgumentParser()
-    train.add_arguments(parser)
-    assert train.configs_from_args(parser.parse_args(["--draft-a", "false"]))[0].draft_a is False
     cfg = train.TrainConfig(data="embedded", group_size=16, threads=1, processes=1)
     assert cfg.draft_a
     policy, tokenizer = load_model(resolve_default_model())
@@ -334,6 +333,7 @@ def test_a_rows_are_sampled_from_their_labels_as_drafts(monkeypatch):
     assert exact[True] >= 0.75 * 6 * G and abs(exact[True] - exact[False]) <= 0.1 * 6 * G
 
 
+@pytest.mark.integration
 def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "default", steps=1, p_fraction=1.0, max_new_tokens_p=8)
@@ -347,6 +347,7 @@ def test_the_reward_config_scores_the_rollouts_and_is_saved_with_the_run(tiny_ru
     assert saved["reward"]["best_move_illegal"] == -1.0 and set(saved) == {"train", "grpo", "reward"}
 
 
+@pytest.mark.integration
 def test_resample_replaces_zero_std_groups_with_new_prompts(tmp_path):
     # The embedded model gets most A prompts exactly right at every sample: many zero-std groups to replace.
     base = train.TrainConfig(data="embedded", steps=1, batch_size=4, group_size=4, p_fraction=0.0, eval_every=0,
@@ -370,7 +371,8 @@ def straight_and_resumed(tiny_run_inputs, tmp_path: Path, gcfg: grpo.GRPOConfig,
 
 
 @pytest.mark.parametrize("gcfg", [
-    grpo.GRPOConfig(beta=0.05, beta_schedule="adaptive", kl_target=0.01, entropy_coef=0.01),
+    pytest.param(grpo.GRPOConfig(beta=0.05, beta_schedule="adaptive", kl_target=0.01, entropy_coef=0.01),
+                 marks=pytest.mark.integration),
     grpo.GRPOConfig(beta=0.05, baseline="ema", ema_momentum=0.5, std_scaling="batch", entropy_coef=0.01),
 ], ids=["adaptive beta", "ema baseline"])
 def test_resume_is_bit_identical(tiny_run_inputs, tmp_path, gcfg):
@@ -415,6 +417,7 @@ def test_beta_a_scale_weighs_the_kl_of_the_a_rows_alone(tiny_run_inputs):
     assert kl_loss(3.0) == pytest.approx(p_part + 3 * (both - p_part), rel=1e-5)
 
 
+@pytest.mark.integration
 def test_resume_takes_the_adamw_flags_given(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
@@ -427,6 +430,7 @@ def test_resume_takes_the_adamw_flags_given(tiny_run_inputs, tmp_path):
     assert json.loads((run / "config.json").read_text())["train"]["weight_decay"] == 0.1
 
 
+@pytest.mark.integration
 def test_resume_refuses_steps_already_taken_and_another_beta_schedule_before_any_work(tiny_run_inputs, tmp_path,
                                                                                       capsys):
     model_dir, data = tiny_run_inputs
@@ -442,6 +446,7 @@ def test_resume_refuses_steps_already_taken_and_another_beta_schedule_before_any
     assert (run / "config.json").read_text() == config  # it says the steps the run took
 
 
+@pytest.mark.integration
 def test_a_run_killed_before_its_first_checkpoint_starts_over_with_out(tiny_run_inputs, tmp_path, capsys):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
@@ -460,6 +465,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_over_with_out(tiny_run_
         train.main(tiny_config(model_dir, data, killed, steps=2), gcfg)  # now it has a checkpoint
 
 
+@pytest.mark.integration
 def test_the_kl_guard_says_at_the_start_that_it_is_inactive_while_beta_is_0(tiny_run_inputs, tmp_path, capsys):
     assert train.inactive_kl_guard(train.TrainConfig(), grpo.GRPOConfig()) is None
     assert train.inactive_kl_guard(train.TrainConfig(kl_max=0), grpo.GRPOConfig(beta=0)) is None
@@ -474,6 +480,7 @@ def test_the_kl_guard_says_at_the_start_that_it_is_inactive_while_beta_is_0(tiny
     assert second["kl/mean"] > 1e-12 and second["guard/rollback"] == 1.0
 
 
+@pytest.mark.integration
 def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     run = train.main(tiny_config(model_dir, data, tmp_path / "run", steps=1), grpo.GRPOConfig())
@@ -482,6 +489,7 @@ def test_ema_resume_needs_the_baseline_state(tiny_run_inputs, tmp_path):
                    resume=str(run))
 
 
+@pytest.mark.integration
 def test_reward_warmup_scores_with_the_steps_weights_and_logs_them(tiny_run_inputs, tmp_path):
     from rookworld.rewards import WARMUP_WEIGHTS, WEIGHTS
 
@@ -500,6 +508,7 @@ def test_reward_warmup_scores_with_the_steps_weights_and_logs_them(tiny_run_inpu
             assert row[f"reward/{task}"] == pytest.approx(mixed, abs=1e-9)
 
 
+@pytest.mark.integration
 def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_run_inputs, tmp_path, capsys):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
@@ -533,6 +542,7 @@ def test_periodic_eval_is_half_p_half_a_drawn_from_the_whole_split(tiny_run_inpu
     assert train.load_data(tiny_config(model_dir, data, tmp_path / "run", eval_every=0))[1] == []
 
 
+@pytest.mark.integration
 def test_nonfinite_loss_skips_the_step(tiny_run_inputs, tmp_path, monkeypatch):
     model_dir, data = tiny_run_inputs
     real_loss = grpo.loss
@@ -567,6 +577,7 @@ def _ddp_worker(rank: int, world: int, port: int, cfg: train.TrainConfig, gcfg: 
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("zero_std,chunk", [("keep", 2), ("keep", 4), ("resample", 2)],
                          ids=["split chunks", "one chunk: rank 1 idle", "resampling"])
 def test_two_gloo_processes_make_the_single_process_update(tiny_run_inputs, tmp_path, zero_std, chunk):
@@ -639,6 +650,7 @@ def test_a_completion_limit_beyond_the_context_is_one_clear_line(tiny_run_inputs
     assert code == 2 and "--max-new-tokens-p 250: the longest P prompt has" in one_error_line(capsys)
 
 
+@pytest.mark.integration
 def test_each_rollback_scales_the_learning_rate_by_lr_backoff(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     for backoff in (0.25, 1.0):
@@ -652,6 +664,7 @@ def test_each_rollback_scales_the_learning_rate_by_lr_backoff(tiny_run_inputs, t
             assert r["lr"] == pytest.approx(1e-2 * backoff ** r["guard/rollbacks"])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("view", ["squares", "named"])
 def test_a_view_model_trains_on_fen_text_and_keeps_its_view(tiny_run_inputs, tmp_path, view):
     from rookworld.hub import load_model, save_model
@@ -669,6 +682,7 @@ def test_a_view_model_trains_on_fen_text_and_keeps_its_view(tiny_run_inputs, tmp
     assert logged and all(fen_text(r["completion"], view) == r["completion"] for r in logged)
 
 
+@pytest.mark.integration
 def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     prompts = {}
@@ -683,6 +697,7 @@ def test_overfit_single_batch_samples_the_first_batchs_prompts_every_step(tiny_r
     assert prompts[False][1] != prompts[False][0]
 
 
+@pytest.mark.integration
 def test_overfit_single_batch_resamples_no_zero_std_group(tiny_run_inputs, tmp_path):
     """Under --zero-std resample (the default) the one batch's zero-std groups are dropped, not replaced."""
     model_dir, data = tiny_run_inputs
@@ -695,6 +710,7 @@ def test_overfit_single_batch_resamples_no_zero_std_group(tiny_run_inputs, tmp_p
     assert all(r["frac_zero_std"] > 0 for r in records(run))  # groups that resampling would have replaced
 
 
+@pytest.mark.integration
 def test_eval_temperature_reaches_the_sampled_eval(tiny_run_inputs, tmp_path):
     from rookworld.hub import resolve_default_model
 
@@ -714,6 +730,7 @@ def test_eval_temperature_reaches_the_sampled_eval(tiny_run_inputs, tmp_path):
     assert hot["eval/sampled/reward/mean"] < cold["eval/reward/mean"] - 0.1
 
 
+@pytest.mark.integration
 def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(tiny_run_inputs, tmp_path, capsys):
     model_dir, data = tiny_run_inputs
     gcfg = grpo.GRPOConfig(beta=0.05, entropy_coef=0.01)
@@ -726,6 +743,7 @@ def test_ref_device_holds_the_reference_and_full_kl_needs_it_beside_the_policy(t
     assert code == 2 and "needs the reference on the policy's device" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     cfg = tiny_config(model_dir, data, tmp_path / "run", steps=6, checkpoint_every=1, kl_max=1e-12, max_rollbacks=1,
@@ -748,6 +766,7 @@ def test_kl_runaway_rolls_back_then_stops_with_a_valid_checkpoint(tiny_run_input
         assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])  # and AdamW's moments
 
 
+@pytest.mark.integration
 def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs, tmp_path):
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, evaluate_model
@@ -772,6 +791,7 @@ def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs,
             assert again["reward/mean"] == pytest.approx(recorded, abs=1e-9)
 
 
+@pytest.mark.integration
 def test_each_eval_logs_its_paired_change_since_step_0_and_a_resumed_run_none(tiny_run_inputs, tmp_path):
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, evaluate_model
@@ -821,6 +841,7 @@ def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     assert "mean reward on this batch" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_inspect_takes_the_trainers_limits_and_zero_std(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     report_file = tmp_path / "step.json"

@@ -138,6 +138,15 @@ def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState)
     return None
 
 
+def count_rollback(cfg: TrainConfig, state: RunState) -> bool:
+    """A rollback's counters: one more rollback, the learning rate backed off, the reward history cleared;
+    whether the run must stop (more than max_rollbacks)."""
+    state.rollbacks += 1
+    state.lr_scale *= cfg.lr_backoff
+    state.reward_history.clear()
+    return state.rollbacks > cfg.max_rollbacks
+
+
 class TrainingStopped(UserError):
     """The run cannot continue (e.g. too many rollbacks); the last good checkpoint is on disk."""
 
@@ -162,11 +171,23 @@ def load_data(cfg: TrainConfig):
     return train, evals
 
 
+def eval_plan(cfg: TrainConfig, eval_samples: list[Sample]) -> dict[str, tuple[EvalConfig, list[Sample]]]:
+    """Each periodic evaluation's metric prefix, settings and samples: greedy, then (with eval_draws) sampled at a
+    fixed seed, so that every eval of every run draws the same random stream."""
+    from rookworld.data.batches import balanced_subset
+
+    evals = {"eval/": (EvalConfig(batch_size=64, self_play=cfg.eval_self_play, draft_a=cfg.draft_a), eval_samples)}
+    if cfg.eval_draws:
+        sampled = EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature,
+                             draft_a=cfg.draft_a)
+        evals["eval/sampled/"] = (sampled, balanced_subset(eval_samples, cfg.eval_sampled_limit))
+    return evals
+
+
 def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
          rcfg: RewardConfig | None = None) -> Path:
     """Run GRPO with the reward `rcfg` (default: RewardConfig()); returns the run directory. Held-out
     evaluation scores with the default reward, so runs with different rewards compare on one scale."""
-    from rookworld.data.batches import balanced_subset
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import EVAL_FILE, Progress, RunLogger, eval_change, eval_line, read_records
     from rookworld.runtime import pick_device
@@ -209,12 +230,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
-    # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
-    evals = {"eval/": (EvalConfig(batch_size=64, self_play=cfg.eval_self_play, draft_a=cfg.draft_a), eval_samples)}
-    if cfg.eval_draws:
-        sampled = EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature,
-                             draft_a=cfg.draft_a)
-        evals["eval/sampled/"] = (sampled, balanced_subset(eval_samples, cfg.eval_sampled_limit))
+    evals = eval_plan(cfg, eval_samples)
 
     first_values: dict[str, Values] = {}  # each eval set's values at step 0, when this process evaluated it
 
@@ -266,12 +282,10 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             stop = None
             if reason is not None:
                 restore(good, policy, optimizer, beta_ctl, parts)
-                state.rollbacks += 1
-                state.lr_scale *= cfg.lr_backoff
-                state.reward_history.clear()
                 metrics["guard/rollback"] = 1.0
-                print(f"step {state.step + 1}: {reason}; rolled back to the last good state, lr x{state.lr_scale:g}")
-                if state.rollbacks > cfg.max_rollbacks:
+                print(f"step {state.step + 1}: {reason}; rolled back to the last good state, lr x"
+                      f"{state.lr_scale * cfg.lr_backoff:g}")
+                if count_rollback(cfg, state):
                     stop = TrainingStopped(f"{state.rollbacks} rollbacks ({reason}); the last good state is "
                                            f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
             elif metrics["update/applied"]:  # a step that changed nothing says nothing about the KL
