@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STOCKFISH_HINT := install Stockfish (Debian/Ubuntu: apt-get install stockfish; macOS: brew install stockfish) or set ROOKWORLD_STOCKFISH=/path/to/stockfish
 
-.PHONY: setup train test lint stockfish embedded-data embedded-model sft-data
+.PHONY: setup train test test-integration lint stockfish embedded-data embedded-model sft-data
 
 setup: $(BIN)/.installed stockfish
 
@@ -30,8 +30,14 @@ stockfish:
 train: setup
 	HF_HUB_OFFLINE=1 $(BIN)/rookworld train --out runs/grpo-$$(date +%Y%m%d-%H%M%S)
 
+# The fast tier (pytest's default: not `integration`, not `slow`); PYTEST_ARGS adds flags, e.g. --durations=25.
+# pytest's exit code 5 (no test selected) is no failure.
 test: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The long end-to-end runs and the slow tests.
+test-integration: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m 'integration or slow' $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: setup
 	$(BIN)/ruff check .

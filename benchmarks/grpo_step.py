@@ -13,7 +13,7 @@ then --steps timed steps, in a fresh process of its own (spawned one after the o
 TRL), so peak memory and allocator state do not leak between them.
 
 rookworld: the trainer's own functions (`rollout.collect` -> `rollout.rollout`, `grpo.advantages`,
-`train.learning_groups`, `train.Batch`, `train.policy_update`) with the TrainConfig / GRPOConfig that
+`step.learning_groups`, `rollout.Batch`, `step.policy_update`) with the TrainConfig / GRPOConfig that
 `rookworld train --zero-std keep --engine-rewards false` builds; generate and reward are the trainer's
 `time/generate` and `time/reward`, update the rest of the step (reference log-probs included).
 TRL: `GRPOTrainer` on the same checkpoint directory (transformers' GPT2LMHeadModel), micro-batches of at
@@ -163,7 +163,7 @@ def write_profile(prof, spec: Spec) -> str:
 def run_rookworld(spec: Spec) -> Result:
     """The trainer's step on spec.batches, as rookworld.train.main runs it (less logging and guards)."""
     start_process(spec)
-    from rookworld import grpo, rollout, runtime, train, training
+    from rookworld import grpo, rollout, runtime, step, train, training
     from rookworld.generation import FastDecoder
     from rookworld.hub import load_model
     from rookworld.rewards import RewardConfig
@@ -180,7 +180,8 @@ def run_rookworld(spec: Spec) -> Result:
     reference, _ = load_model(spec.model_dir, device=spec.device)
     reference.requires_grad_(False)
     decoder = FastDecoder(policy) if fast_path(cfg.fast_decode, spec.device) else None  # the trainer's CUDA path
-    limits = rollout.completion_limits(cfg, tokenizer, [], policy.config.n_positions)  # the flags': {"P": L, "A": L}
+    limits = {"P": L, "A": L}
+    rollout_cfg = step.rollout_config(cfg, rcfg, limits, d)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     state = train.RunState()
@@ -189,8 +190,8 @@ def run_rookworld(spec: Spec) -> Result:
     result = Result("rookworld")
     result.setup_mb = memory_mark(spec.device)
     prof = profiler(spec)
-    for step, samples in enumerate(spec.batches):
-        if step == 1 and prof is not None:
+    for index, samples in enumerate(spec.batches):
+        if index == 1 and prof is not None:
             prof.start()
         timings: dict[str, float] = {}
         sync(spec.device)
@@ -198,29 +199,29 @@ def run_rookworld(spec: Spec) -> Result:
         with torch.profiler.record_function("rookworld/collect"):
             if decoder is not None:
                 decoder.sync(policy)
-            groups, summaries = rollout.collect(policy, tokenizer, None, samples, cfg, limits, step, None, d, timings,
-                                              rcfg, decoder)
+            groups, summaries = rollout.collect(policy, tokenizer, None, samples, rollout_cfg, index, None, d, timings,
+                                                decoder)
             adv = grpo.advantages(torch.tensor([s.rewards for s in summaries]), gcfg)
-            learn = train.learning_groups(groups, adv, cfg)
+            learn = step.learning_groups(groups, adv, cfg)
         t1 = time.perf_counter()
         with torch.profiler.record_function("rookworld/update"):
             device = policy.wte.weight.device
-            batch = (train.Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn])
+            batch = (rollout.Batch.of([groups[i] for i in learn], [adv.values[i].to(device) for i in learn])
                      if learn else None)
-            train.policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta_ctl.beta, max(limits.values()),
-                                d)
+            step.policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta_ctl.beta, max(limits.values()),
+                               d)
             sync(spec.device)
         state.step += 1
         train.set_lr(optimizer, cfg, state)
         t2 = time.perf_counter()
-        if step == 0:
+        if index == 0:
             continue  # warm-up
         result.step_s.append(t2 - t0)
         result.generate_s.append(timings["time/generate"])
         result.reward_s.append(timings["time/reward"])
         result.update_s.append(t2 - t1)
         result.tokens.append(sum(sum(s.lengths) for s in summaries))
-        print(f"  rookworld step {step}: {t2 - t0:.2f} s", file=sys.stderr)
+        print(f"  rookworld step {index}: {t2 - t0:.2f} s", file=sys.stderr)
     result.peak_mb = peak_memory_mb(spec.device)
     if prof is not None:
         prof.stop()
@@ -460,8 +461,9 @@ def main() -> int:
     from rookworld.data.batches import TaskSampler
     from rookworld.data.sources import load_source
     from rookworld.hub import resolve_default_model
+    from rookworld.rollout import completion_limits
     from rookworld.tokenizer import Tokenizer
-    from rookworld.train import TrainConfig, completion_limits
+    from rookworld.train_config import TrainConfig
 
     with tempfile.TemporaryDirectory(prefix="grpo-step-") as root:
         model_dir = str(resolve_default_model()) if args.model == "embedded" else gpt2_124m_dir(Path(root), args.seed)
@@ -469,7 +471,7 @@ def main() -> int:
         if args.max_new_tokens:
             limit, limits_note = args.max_new_tokens, "--max-new-tokens"
         else:
-            found = completion_limits(TrainConfig(), Tokenizer.from_dir(model_dir), train, context=math.inf)  # no flags
+            found = completion_limits({}, Tokenizer.from_dir(model_dir), train, context=math.inf)  # no flags
             limit, limits_note = max(found.values()), f"the larger of the trainer's P {found['P']} / A {found['A']}"
         sampler = TaskSampler(train, p_fraction=TrainConfig().p_fraction, seed=args.seed)
         batches = [sampler.next(args.batch_size) for _ in range(args.steps + 1)]

@@ -10,11 +10,10 @@ Spearman correlation with minus the true loss over the legal moves, and over all
 whose truth varies but whose rewards do not counts as 0); and the within-group sum of squares split
 into the illegal-vs-legal difference, the differences among legal moves and those among illegal ones.
 
-Columns: `rank` (the old reward), `default` (RewardConfig()), then each `--config`, a comma-separated
-list of RewardConfig fields, e.g. `best_move_shape=linear,best_move_scale=0.5`. The ratio column is
-default / rank; the last column treats minus the true loss itself as the reward (legality's share of
-its variance is what a reward's should be near). One CPU thread and one Stockfish process; `--cache`
-keeps the engine's results for reruns.
+Columns: `default` (RewardConfig()), then each `--config`, a comma-separated list of RewardConfig
+fields, e.g. `best_move_shape=linear,best_move_scale=0.5`; the last column treats minus the true loss
+itself as the reward (legality's share of its variance is what a reward's should be near). One CPU
+thread and one Stockfish process; `--cache` keeps the engine's results for reruns.
 """
 
 from __future__ import annotations
@@ -104,7 +103,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    configs = {"rank": RewardConfig(best_move_shape="rank"), "default": RewardConfig()}
+    configs = {"default": RewardConfig()}
     configs.update((spec, parse_config(spec)) for spec in args.config)
     samples = [s for s in load_source("embedded", "eval").samples if s.task == "P"]
     samples = random.Random(args.seed).sample(samples, min(args.prompts, len(samples)))
@@ -129,16 +128,14 @@ def main() -> None:
     names = list(configs)
     # the truth as a reward: how much of its own variance legality explains is what a reward should match
     truth_rows = rows_of(-loss, loss, legal)
-    print("\n| value | metric | " + " | ".join(names) + " | default / rank | -true loss |")
-    print("|---|---|" + "---:|" * (len(names) + 2))
+    print("\n| value | metric | " + " | ".join(names) + " | -true loss |")
+    print("|---|---|" + "---:|" * (len(names) + 1))
     for value, key in (("best_move", "best_move"), ("P reward", None)):
         table = {name: rows_of(np.array([s.components[key] if key else s.reward for s in got]).reshape(shape),
                                loss, legal) for name, got in scores.items()}
-        for metric in table["rank"]:
+        for metric in table["default"]:
             cells = [table[name][metric] for name in names]
-            ratio = cells[1] / cells[0] if cells[0] else float("nan")
-            print(f"| {value} | {metric} | " + " | ".join(f"{c:.3f}" for c in cells)
-                  + f" | {ratio:.2f} | {truth_rows[metric]:.3f} |")
+            print(f"| {value} | {metric} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {truth_rows[metric]:.3f} |")
 
 
 if __name__ == "__main__":

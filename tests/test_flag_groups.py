@@ -58,9 +58,10 @@ def _section_of(text, flag, titles):
 def test_train_help_has_sections_and_marks_advanced(capsys):
     text = _help("train", capsys)
     assert _section_of(text, "--kl-max", TRAIN) == "guards (0 turns one off)"
-    assert _section_of(text, "--beta", TRAIN) == "KL"
-    assert _section_of(text, "--temperature-p", TRAIN) == "sampling"
-    assert _section_of(text, "--aggregation", TRAIN) == "GRPO loss"
+    assert _section_of(text, "--beta", TRAIN) == "the default run's knobs: KL and the A task"
+    assert _section_of(text, "--temperature-p", TRAIN) == "the default run's knobs: sampling"
+    assert _section_of(text, "--aggregation", TRAIN) == "seed controls: advantages and loss (GRPO, DAPO, Dr. GRPO, TRL)"
+    assert _section_of(text, "--micro-batch-size", TRAIN) == "hardware"
     flat = " ".join(text.split())
     assert "--std-floor STD_FLOOR advanced:" in flat
     assert "--lr LR advanced:" not in flat

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "grpo_step.py"
 
 
+@pytest.mark.integration
 def test_grpo_step_benchmark_runs_both_sides_and_ends_with_the_ratio(tmp_path):
     # Two fresh processes (rookworld, then TRL), 8 new tokens: about 10 s on 2 idle cores, 30 s on busy ones.
     # --profile rides along: the rookworld side's timed step under torch.profiler.

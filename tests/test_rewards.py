@@ -55,7 +55,6 @@ def completion(moves, evals, best) -> str:
 
 
 PROMPT, ANALYSIS = truth_of(LINE)
-RANK = RewardConfig(best_move_shape="rank")  # the old best_move credit
 # every shape, at a scale where 'linear' never reaches its floor (expected-score losses stay below 1)
 SHAPES = [RewardConfig(best_move_shape=shape, best_move_scale=1.0) for shape in BEST_MOVE_SHAPES]
 
@@ -101,36 +100,10 @@ def test_reward_is_the_weighted_sum_of_its_components():
         assert math.isclose(score.reward, sum(WEIGHTS[task][k] * v for k, v in score.components.items()))
 
 
-# Hand-computed P cases on LINE (ranked: f1d1 4.94, f1e1 4.76, b6d5 4.75, f1c1 4.66, e3g5 4.55) with the
-# old 'rank' best_move credit: reward = 0.5 best_move + 0.2 candidates + 0.2 evals + 0.1 format.
+# Hand-computed P cases on LINE (ranked: f1d1 4.94, f1e1 4.76, b6d5 4.75, f1c1 4.66, e3g5 4.55):
+# reward = 0.5 best_move + 0.2 candidates + 0.2 evals + 0.1 format.
 TOP = ["f1d1", "f1e1", "b6d5", "f1c1", "e3g5"]
 EVALS = [4.94, 4.76, 4.75, 4.66, 4.55]
-
-
-@pytest.mark.parametrize(("name", "completion_text", "extra", "expected"), [
-    # best move ranked 2nd: 0.5 * 0.6 + 0.2 + 0.2 + 0.1
-    ("rank 2", completion(TOP, EVALS, "f1e1"), None, 0.8),
-    # every eval half a pawn high: evals = 1 / (1 + 0.5) -> 0.5 + 0.2 + 0.2 / 1.5 + 0.1
-    ("evals +0.5", completion(TOP, [e + 0.5 for e in EVALS], "f1d1"), None, 0.8 + 0.2 / 1.5),
-    # one illegal candidate (a1 is empty): candidates = (4 hits - 1 illegal) / 5 -> 0.5 + 0.12 + 0.2 + 0.1
-    ("illegal candidate", completion(TOP[:4] + ["a1a8"], EVALS, "f1d1"), None, 0.92),
-    # wrong sign on f1d1: error 9.88 + 1 sign pawn, MAE 10.88 / 5 -> 0.5 + 0.2 + 0.2 / 3.176 + 0.1
-    ("sign error", completion(TOP, [-4.94] + EVALS[1:], "f1d1"), None, 0.8 + 0.2 / 3.176),
-    # a legal move outside the top 5, half a pawn worse than the best: 0.5 * 0.1 * (1 - 0.5 / 2) + 0.5
-    ("outside, eval known", completion(TOP, EVALS, "a4a7"), {"a4a7": 4.44}, 0.5375),
-    # the same move with no eval available: flat 0.05 -> 0.5 * 0.05 + 0.5
-    ("outside, eval unknown", completion(TOP, EVALS, "a4a7"), None, 0.525),
-    # missing B: -> best_move -1, format 1 - 0.5: -0.5 + 0.2 + 0.2 + 0.05
-    ("no best move", completion(TOP, EVALS, "").removesuffix(" B: "), None, -0.05),
-    # not a completion at all: -1 best move, 0 candidates, 0 evals, 4 parse errors -> format -1
-    ("garbage", "hello world", None, -0.6),
-    # empty: 3 missing fields -> format 1 - 1.5 = -0.5
-    ("empty", "", None, -0.55),
-])
-def test_hand_computed_p_rewards_rank_shape(name, completion_text, extra, expected):
-    assert chess.Board(ANALYSIS.fen).is_legal(chess.Move.from_uci("a4a7"))
-    reward = rewards.score_p(PROMPT, completion_text, ANALYSIS, extra, RANK).reward
-    assert reward == pytest.approx(expected, abs=1e-9), name
 
 
 def dense(best: float, move: float) -> float:
@@ -138,9 +111,15 @@ def dense(best: float, move: float) -> float:
     return math.exp(-(expected_score(best) - expected_score(move)) / 0.2)
 
 
-# The same cases with the default best_move credit (exp, scale 0.2, illegal -0.25); candidates, evals and
-# format are 0.2 + 0.2 + 0.1 where the rank cases above have them whole.
+# The default best_move credit: exp, scale 0.2, illegal -0.25; candidates, evals and format are 0.2 + 0.2 + 0.1
+# where they are whole.
 @pytest.mark.parametrize(("name", "completion_text", "extra", "expected"), [
+    # every eval half a pawn high: evals = 1 / (1 + 0.5) -> 0.5 + 0.2 + 0.2 / 1.5 + 0.1
+    ("evals +0.5", completion(TOP, [e + 0.5 for e in EVALS], "f1d1"), None, 0.8 + 0.2 / 1.5),
+    # one illegal candidate (a1 is empty): candidates = (4 hits - 1 illegal) / 5 -> 0.5 + 0.12 + 0.2 + 0.1
+    ("illegal candidate", completion(TOP[:4] + ["a1a8"], EVALS, "f1d1"), None, 0.92),
+    # wrong sign on f1d1: error 9.88 + 1 sign pawn, MAE 10.88 / 5 -> 0.5 + 0.2 + 0.2 / 3.176 + 0.1
+    ("sign error", completion(TOP, [-4.94] + EVALS[1:], "f1d1"), None, 0.8 + 0.2 / 3.176),
     ("rank 2", completion(TOP, EVALS, "f1e1"), None, 0.5 * dense(4.94, 4.76) + 0.5),  # 0.5 * 0.960 + 0.5
     ("outside, eval known", completion(TOP, EVALS, "a4a7"), {"a4a7": 4.44}, 0.5 * dense(4.94, 4.44) + 0.5),
     # an engine eval above the last stored move's (another depth) counts as that move's eval
@@ -152,7 +131,8 @@ def dense(best: float, move: float) -> float:
     ("empty", "", None, -0.125 - 0.05),
 ])
 def test_hand_computed_p_rewards(name, completion_text, extra, expected):
-    assert RewardConfig(0.5, 0.2, 0.2, 0.1, "exp", 0.2, None) == rewards.DEFAULT_CONFIG
+    assert chess.Board(ANALYSIS.fen).is_legal(chess.Move.from_uci("a4a7"))
+    assert RewardConfig(0.5, 0.2, 0.2, 0.1, "exp", 0.2, -0.25) == rewards.DEFAULT_CONFIG
     reward = rewards.score_p(PROMPT, completion_text, ANALYSIS, extra).reward
     assert reward == pytest.approx(expected, abs=1e-9), name
 
@@ -219,7 +199,7 @@ def test_dense_best_move_credit_follows_the_moves_quality(config):
     credits = [best_move_credit(move, config) for move in ("e2e4", "d2d4", "b1c3", "f2f3", "g2g4", "e2e5", "")]
     assert credits[0] == 1.0
     assert strictly_decreasing(credits[:-1]) and credits[-1] == credits[-2] < 0 <= min(credits[:-2])
-    assert credits[-1] == (config or RewardConfig()).illegal_credit
+    assert credits[-1] == (config or RewardConfig()).best_move_illegal
     # the stored search ranks every move it does not list at or below its last one
     assert best_move_credit("h2h4", config) == best_move_credit("e2e3", config) < credits[1]
 
@@ -229,7 +209,7 @@ def test_dense_credit_of_an_unknown_eval_is_half_the_last_stored_moves(config):
     """Without an engine a legal move outside the analysis is known to be no better than its last move."""
     unknown = best_move_credit("b1c3", config, extra={})
     assert unknown == pytest.approx(0.5 * best_move_credit("e2e3", config))
-    assert (config or RewardConfig()).illegal_credit < unknown < best_move_credit("e2e3", config)
+    assert (config or RewardConfig()).best_move_illegal < unknown < best_move_credit("e2e3", config)
     lone = Analysis(START, (), (), "test")  # nothing to compare with: half credit for a legal move
     assert rewards.score_p(START_PROMPT, "B: e2e4", lone).components["best_move"] == 0.5
 
@@ -244,28 +224,6 @@ def test_dense_credit_is_the_expected_score_loss_under_the_shape():
     assert best_move_credit("", RewardConfig(best_move_illegal=-0.6)) == -0.6
 
 
-# Two mates in one (d1d8, a1a8) and moves that stay a queen and a rook up: clipped, all evals read 10 pawns.
-MATE_FEN = "7k/6pp/8/8/8/8/8/R2Q2K1 w - - 0 1"
-MATE_ANALYSIS = Analysis(MATE_FEN, ("d1d8", "a1a8", "d1d4", "g1f2", "a1a2"), (999.99, 999.99, 14.0, 12.5, 11.0), "test")
-
-
-@pytest.mark.parametrize("shape", ["exp", "linear"])
-def test_mate_miss_loss_sets_a_move_that_gives_up_a_forced_mate_below_the_mates(shape):
-    def credit(move, loss):
-        config = RewardConfig(best_move_shape=shape, mate_miss_loss=loss)
-        return rewards.score_p(text.p_prompt(MATE_FEN), f"M: E: B: {move}", MATE_ANALYSIS, {"h2h3": 0.0},
-                               config).components["best_move"]
-
-    # off: the clipped evals cannot tell staying won from mating
-    assert [credit(move, 0.0) for move in ("d1d8", "a1a8", "d1d4", "g1f2")] == [1.0] * 4
-    floor = math.exp(-1.0) if shape == "exp" else 0.0  # a loss of 0.2 at the default scale 0.2
-    assert [credit(move, 0.2) for move in ("d1d8", "a1a8", "d1d4", "g1f2")] == [1.0, 1.0, floor, floor]
-    assert credit("d1d4", 0.1) == pytest.approx(math.exp(-0.5) if shape == "exp" else 0.5)
-    # a position without a forced mate is judged as before
-    assert best_move_credit("f2f3", RewardConfig(best_move_shape=shape, mate_miss_loss=0.2)) == \
-        best_move_credit("f2f3", RewardConfig(best_move_shape=shape))
-
-
 @pytest.mark.parametrize(("values", "message"), [
     ({"p_best_move_weight": 0.6}, "sum to 1"),
     ({"p_best_move_weight": 0.8, "p_format_weight": -0.2}, ">= 0"),
@@ -273,7 +231,6 @@ def test_mate_miss_loss_sets_a_move_that_gives_up_a_forced_mate_below_the_mates(
     ({"best_move_scale": 0.0}, "best_move_scale must be > 0"),
     ({"best_move_illegal": 0.0}, r"best_move_illegal must be in \[-1, 0\)"),
     ({"best_move_illegal": -1.5}, r"best_move_illegal must be in \[-1, 0\)"),
-    ({"mate_miss_loss": 1.5}, r"mate_miss_loss must be in \[0, 1\]"),
 ])
 def test_reward_config_rejects_bad_values(values, message):
     with pytest.raises(ValueError, match=message):
@@ -336,29 +293,6 @@ def test_p_reward_falls_as_candidates_leave_the_top5(prompt, analysis):
     # evals of the outside moves stay unknown (no extra_evals), so only the candidates part moves
     scores = [rewards.score_p(prompt, completion(c, evals, moves[0]), analysis).reward for c in chain]
     assert strictly_decreasing(scores)
-
-
-def test_p_format_count_costs_a_list_of_the_wrong_length_one_format_error():
-    moves, evals = list(ANALYSIS.moves), list(ANALYSIS.evals)
-    kings = Analysis("7k/8/8/8/8/8/8/K7 w - - 0 1", ("a1b2", "a1a2", "a1b1"), (0.0, 0.0, 0.0), "test")
-    cases = {  # (prompt, completion, analysis)
-        "exact": (PROMPT, completion(moves, evals, moves[0]), ANALYSIS),
-        "3 of 5": (PROMPT, completion(moves[:3], evals[:3], moves[0]), ANALYSIS),
-        "6 of 5": (PROMPT, completion(moves + outside_moves(ANALYSIS)[:1], evals + [0.0], moves[0]), ANALYSIS),
-        "3 of 3": (text.p_prompt(kings.fen), completion(kings.moves, kings.evals, "a1b2"), kings),
-        "5 of 3": (text.p_prompt(kings.fen), completion([*kings.moves, "a1c3", "a1a3"], [0.0] * 5, "a1b2"), kings),
-    }
-
-    def format_credit(config: RewardConfig) -> dict[str, float]:
-        return {name: rewards.score_p(*case, config=config).components["format"] for name, case in cases.items()}
-
-    # the parser itself flags a sixth move (and its eval); a short list, or five where fewer exist, it accepts
-    assert format_credit(RewardConfig()) == {"exact": 1.0, "3 of 5": 1.0, "6 of 5": 0.0, "3 of 3": 1.0, "5 of 3": 1.0}
-    assert format_credit(RewardConfig(p_format_count=True)) == {
-        "exact": 1.0, "3 of 5": 0.5, "6 of 5": 0.0, "3 of 3": 1.0, "5 of 3": 0.5}
-    short = cases["3 of 5"]
-    assert (rewards.score_p(*short, config=RewardConfig(p_format_count=True)).reward
-            == pytest.approx(rewards.score_p(*short).reward - 0.5 * RewardConfig().p_format_weight))
 
 
 def corrupt_fen(fen: str, step: int) -> str:
@@ -502,14 +436,12 @@ def test_score_batch_with_the_engine_scores_uncovered_moves(tmp_path):
              (A_PROMPTS[0], REAL_A_COMPLETIONS[0], None)]
     with StockfishPool(processes=2, cache_path=tmp_path / "cache.sqlite") as pool:
         scores = rewards.score_batch(items, pool)
-        rank_scores = rewards.score_batch(items, pool, RANK)
         evals = pool.evaluate_moves([(ANALYSIS.fen, move) for move in outside])  # cached by now
         fresh = pool.analyse([ANALYSIS.fen])[0]
         uncovered = rewards.uncovered_moves(PROMPT, items[1][1], fresh)
         fresh_extra = dict(zip(uncovered, pool.evaluate_moves([(ANALYSIS.fen, m) for m in uncovered])))
     assert all(isinstance(e, float) for e in evals)
     assert scores[0] == rewards.score_p(PROMPT, items[0][1], ANALYSIS, dict(zip(outside, evals)))
-    assert rank_scores[0].components["best_move"] == pytest.approx(0.1 * max(0.0, 1 - (4.94 - evals[1]) / 2))
     loss = expected_score(4.94) - expected_score(min(evals[1], 4.55))  # capped at the last stored move's eval
     assert scores[0].components["best_move"] == pytest.approx(math.exp(-loss / 0.2))
     assert scores[1] == rewards.score_p(PROMPT, items[1][1], fresh, fresh_extra)
@@ -539,7 +471,7 @@ def test_reweigh_scores_the_same_components_under_other_weights():
     # best_move credit; the warm-up weighting rewards it more than the configured one.
     score = rewards.score_p(START_PROMPT, completion(START_ANALYSIS.moves, START_ANALYSIS.evals, "e2e5"),
                             START_ANALYSIS)
-    assert score.components["format"] == 1.0 and score.components["best_move"] == rewards.DENSE_ILLEGAL
+    assert score.components["format"] == 1.0 and score.components["best_move"] == RewardConfig().best_move_illegal
     assert rewards.reweigh(score.components, rewards.DEFAULT_CONFIG.p_weights) == score.reward
     warm = rewards.reweigh(score.components, rewards.WARMUP_WEIGHTS["P"])
     expected = math.fsum(rewards.WARMUP_WEIGHTS["P"][name] * value for name, value in score.components.items())

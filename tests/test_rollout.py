@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from rookworld import rollout, train
@@ -16,15 +14,15 @@ def test_default_completion_limits_must_fit_the_context_as_given_ones_do():
     cfg = train.TrainConfig(data="embedded", threads=1, processes=1)
     tokenizer, rows = Tokenizer.from_dir(resolve_default_model()), train.load_data(cfg)[0]
     samples = [s for s in rows if s.task == "P"][:300] + [s for s in rows if s.task == "A"][:300]
-    defaults = rollout.completion_limits(cfg, tokenizer, samples, 320)  # the embedded model's context
+    defaults = rollout.completion_limits({}, tokenizer, samples, 320)  # the embedded model's context
     longest = max(map(len, tokenizer.encode_prompts([s.prompt for s in samples if s.task == "A"])))
     context = longest + defaults["A"] - 1  # one position short of the default A limit
-    short_p = replace(cfg, max_new_tokens_p=8)
+    short_p = {"P": 8}
     with pytest.raises(UserError, match=f"^default --max-new-tokens-a {defaults['A']}: the longest A prompt has "
                                         f"{longest} tokens and the model's context is {context}; use at most "
                                         f"{defaults['A'] - 1}$"):
         rollout.completion_limits(short_p, tokenizer, samples, context)
-    fitting = replace(short_p, max_new_tokens_a=defaults["A"] - 1)  # what the error says to pass
+    fitting = {**short_p, "A": defaults["A"] - 1}  # what the error says to pass
     assert rollout.completion_limits(fitting, tokenizer, samples, context) == {"P": 8, "A": defaults["A"] - 1}
 
 

@@ -96,16 +96,16 @@ def test_a_and_stored_p_lines_score_without_starting_the_engine(tmp_path):
     # 13 of RookWorld-LM's 20 greedy A generations are exactly right
     assert sum(record.get("components", {}).get("exact", 0) for record in out) == 13
     # the reward flags of `rookworld train` apply here too
-    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "rank.jsonl", "--stockfish",
-                     tmp_path / "no-stockfish", "--best-move-shape", "rank") == 0
-    old_shape = rewards.RewardConfig(best_move_shape="rank")
-    ranked = [record for record in read_jsonl(tmp_path / "rank.jsonl") if record.get("task") == "P"]
-    for record in ranked:
+    assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "linear.jsonl", "--stockfish",
+                     tmp_path / "no-stockfish", "--best-move-shape", "linear") == 0
+    linear = rewards.RewardConfig(best_move_shape="linear")
+    shaped = [record for record in read_jsonl(tmp_path / "linear.jsonl") if record.get("task") == "P"]
+    for record in shaped:
         expected = rewards.score_p(record["prompt"], record["completion"], Analysis.from_json(record["analysis"]),
-                                   config=old_shape)
+                                   config=linear)
         assert record["reward"] == expected.reward
     dense = [record["reward"] for record in out if record.get("task") == "P"]
-    assert any(record["reward"] != value for record, value in zip(ranked, dense))  # the flag changed something
+    assert any(record["reward"] != value for record, value in zip(shaped, dense))  # the flag changed something
 
 
 @pytest.mark.stockfish
@@ -156,20 +156,6 @@ def test_bad_flags_are_user_errors(tmp_path, capsys):
         ScoreConfig(input="a", output="b", batch_size=0)
     assert score_cli("--input", tmp_path / "a", "--output", tmp_path / "b", "--batch-size", 0) == 2
     assert "batch_size must be >= 1" in capsys.readouterr().err
-
-
-def test_p_format_count_flag_reaches_the_reward(tmp_path):
-    record = stored_p_lines()[0]
-    analysis = Analysis.from_json(record["analysis"])
-    short = f"M: {' '.join(analysis.moves[:3])} E: {' '.join(text.format_eval(e) for e in analysis.evals[:3])} " \
-            f"B: {analysis.moves[0]}"
-    write_jsonl(tmp_path / "in.jsonl", [json.dumps({**record, "completion": short})])
-    formats = {}
-    for flag in ("false", "true"):
-        assert score_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / f"{flag}.jsonl", "--stockfish",
-                         tmp_path / "no-stockfish", "--p-format-count", flag) == 0
-        formats[flag] = read_jsonl(tmp_path / f"{flag}.jsonl")[0]["components"]["format"]
-    assert formats == {"false": 1.0, "true": 0.5}  # three moves named where the analysis has five
 
 
 def test_p_weight_and_illegal_move_flags_reach_the_reward(tmp_path):

@@ -230,6 +230,7 @@ def test_sweep_writes_trials_summary_and_plot_and_resumes(tiny, tmp_path, capsys
     assert len(list(out.glob("trial-*"))) == 4 and not (out / sweep.SUMMARY_FILE).exists()
 
 
+@pytest.mark.integration
 def test_failed_trials_are_recorded_with_their_reason_and_the_sweep_goes_on(tiny, tmp_path, capsys):
     journal = str(tmp_path / "study.journal")  # a journal file storage
     # kl_max far below any KL with one rollback allowed: the train process stops on its guard at step 2
@@ -269,6 +270,7 @@ def test_failed_trials_are_recorded_with_their_reason_and_the_sweep_goes_on(tiny
     assert "FAIL" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_median_pruner_its_warm_up_and_the_direction(tiny, tmp_path, capsys):
     # eval/reward/mean/n counts the eval samples: 4 with eval_limit 4, 16 with 16, so a trial of 4 is worse
     # than the median of trials of 16. The seeded sampler draws 16 then 4.
@@ -291,6 +293,7 @@ def test_median_pruner_its_warm_up_and_the_direction(tiny, tmp_path, capsys):
     assert "was started with --direction maximize" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_sigterm_ends_the_trial_processes_and_records_the_trial(tiny, tmp_path):
     space = space_file(tmp_path, "lr = { low = 1e-5, high = 1e-3, log = true }")
     out = tmp_path / "sweep"

@@ -94,18 +94,6 @@ def test_decode_inverts_encode_on_any_text(gpt2_tokenizer, chess_tokenizer, text
         assert tok.decode(tok.encode(text)) == text
 
 
-@pytest.mark.parametrize("name", ["gpt2", "chess", "char"])
-def test_token_starts_are_each_tokens_offset_in_the_decoded_text(name, gpt2_tokenizer, chess_tokenizer,
-                                                                 char_tokenizer):
-    tok = {"gpt2": gpt2_tokenizer, "chess": chess_tokenizer, "char": char_tokenizer}[name]
-    for line in ALL_LINES[:50] + [P_LINES[0] + EOS_TOKEN + " M:"]:
-        ids = tok.encode(line)
-        starts = tok.token_starts(ids)
-        assert starts == [len(tok.decode(ids[:i])) for i in range(len(ids))]
-        assert starts[0] == 0 and starts == sorted(set(starts))
-    assert tok.token_starts([]) == []
-
-
 def _apart_differs(tok: Tokenizer, line: str) -> bool:
     """Whether `line`'s prompt and completion tokenized apart give other ids than the whole line."""
     _, prompt, completion = split_line(line)
@@ -257,24 +245,6 @@ def test_a_view_tokenizer_decodes_fen_and_splits_prompt_and_completion_alike(vie
         assert tok.decode(ids) == re.sub(" {2,}", " ", line)
         assert tok.encode(prompt) + tok.encode(completion) == ids, line
         assert tok.decode_batch([ids, tok.encode(prompt)]) == [tok.decode(ids), prompt]
-
-
-def test_a_view_tokenizers_token_starts_find_the_fields(view_tokenizer):
-    tok = view_tokenizer
-    for line in A_LINES[:30] + P_LINES[:10]:
-        ids = tok.encode(line)
-        starts = tok.token_starts(ids)
-        assert starts[0] == 0 and starts == sorted(starts)
-        for i, token in enumerate(ids):  # a space or '+' (never within a board) starts where the text before ends
-            if tok.decode([token]) in (" ", "+"):
-                assert starts[i] == len(tok.decode(ids[:i])), (line, i)
-    # every token of a board starts where the board does (squares: where its run of empty squares does)
-    ids = tok.encode("P: 8/8/8/8/8/8/8/4K3 w")
-    board = list(range(3, len(ids) - 2))
-    if tok.view == "named":
-        assert {tok.token_starts(ids)[i] for i in board} == {3} and tok.token_starts(ids)[-2:] == [20, 21]
-    else:
-        assert tok.token_starts(ids)[66:72] == [17, 17, 17, 17, 18, 19]
 
 
 def test_a_view_tokenizer_saves_and_loads_its_view(view_tokenizer, char_tokenizer, tmp_path):

@@ -1,7 +1,7 @@
 """`rookworld average`: the mean of several checkpoints' weights (a uniform model soup, Wortsman et al. 2022).
 
 Meant for runs fine-tuned from one starting model with different seeds: what the runs share survives the
-mean, what each run's own noise added cancels (docs/experiments.md measures it on GRPO runs).
+mean, what each run's own noise added cancels.
 """
 
 from __future__ import annotations

@@ -45,8 +45,7 @@ import numpy as np
 import torch
 
 from rookworld.errors import UserError
-from rookworld.fsutil import OLD_SUFFIX, disk_full, fsync_tree, old_path, publish_dir
-from rookworld.log import jsonable
+from rookworld.fsutil import OLD_SUFFIX, disk_full, fsync_tree, jsonable, old_path, publish_dir
 
 LAST = "checkpoint-last"
 BEST = "checkpoint-best"

@@ -465,7 +465,7 @@ def _load_samples(args: argparse.Namespace, seed: int) -> list[Sample]:
 
 def run(args: argparse.Namespace) -> int:
     from rookworld.config import build_config
-    from rookworld.log import jsonable
+    from rookworld.fsutil import jsonable
     from rookworld.stockfish import StockfishPool
 
     cfg = build_config(EvalConfig, args)

@@ -1,16 +1,19 @@
 """Durable directory publishing: fsync a tree, then rename it into place without a moment of nothing
 (`hub.save_model`, `checkpoint.save`); output paths checked before a command's work (`output_file`,
-`writable_dir`); a full disk told apart from other write errors (`disk_full`).
+`writable_dir`); a full disk told apart from other write errors (`disk_full`); values made fit for JSON files
+(`jsonable`).
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 from rookworld.errors import UserError
 
@@ -110,3 +113,14 @@ def publish_dir(staged: Path, target: Path) -> None:
     fsync_dir(target.parent)
     if old.exists():
         shutil.rmtree(old)
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with non-finite floats replaced by None (recursively through dicts, lists, tuples)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value

@@ -2,14 +2,12 @@
 
 Pure tensor code: no model, no I/O. The trainer samples G completions per prompt, scores them, and calls
 `advantages` on the (B, G) rewards, then `loss` once per micro-batch on flat (N, T) completion tensors
-(N = sequences, T = completion positions). `BetaController` gives the KL coefficient of each step;
-`project_conflict` is the anchor's A-GEM projection of a step's gradient.
+(N = sequences, T = completion positions). `BetaController` gives the KL coefficient of each step.
 
 Per loss token t of sequence i (the mask after optional truncation masking):
 
     r_it   = exp(logp_it - old_logp_it)                   ratio to the SAMPLING policy (not the reference)
     pg_it  = -min(r_it * A_i, clip(r_it, 1 - eps_low, 1 + eps_high) * A_i)
-                                                          (A_it in place of A_i under credit 'field')
     kl_it  = k3: exp(ref - logp) - (ref - logp) - 1       sampled-token estimates of KL(pi || pi_ref)
              k1: logp - ref
              full: the exact full-vocabulary KL at that position, computed elsewhere (model.token_logprobs):
@@ -38,11 +36,8 @@ from typing import Any, ClassVar
 
 import torch
 
-BASELINES = ("group", "rloo", "ema", "greedy", "samples")
-OUTSIDE_BASELINES = ("ema", "greedy", "samples")  # given to `advantages` per group (B,) by the trainer
-CREDITS = ("sequence", "field")
+BASELINES = ("group", "rloo", "ema")
 STD_SCALINGS = ("group", "batch", "none")
-ADV_SIGNS = ("both", "positive", "negative")
 AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
 KL_ESTIMATORS = ("k3", "k1", "full")
 KL_DIRECTIONS = ("reverse", "forward", "symmetric")
@@ -56,14 +51,7 @@ class GRPOConfig:
     KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("beta_schedule",)
     baseline: str = field(default="group", metadata={
         "help": "what a reward is compared with: 'group' (the mean of the prompt's G rewards), 'rloo' (the mean "
-                "of the other G-1: leave-one-out), 'ema' (a per-task moving average of earlier steps' rewards), "
-                "'greedy' (the reward of the prompt's greedy completion, decoded and scored beside the group: "
-                "ReMax; only samples better than the greedy answer are reinforced) or 'samples' (the mean of the "
-                "group's sampled completions: with --p-expert a P group's label row is left out, so the samples keep "
-                "the advantages they would have without it and the label is judged against them; else 'group')"})
-    baseline_a: str | None = field(default=None, metadata={
-        "help": "the A prompts' baseline where it differs from `baseline` (unset: the same), e.g. 'greedy' for A "
-                "beside the group mean for P"})
+                "of the other G-1: leave-one-out) or 'ema' (a per-task moving average of earlier steps' rewards)"})
     ema_momentum: float = field(default=0.9, metadata={
         "help": "ema baseline: after each step, ema = m * ema + (1 - m) * the step's mean reward of the task"})
     std_scaling: str = field(default="group", metadata={
@@ -73,13 +61,6 @@ class GRPOConfig:
         "help": "advantages are divided by max(std, std_floor); one constant for the whole run"})
     adv_clip: float | None = field(default=None, metadata={
         "help": "clip advantages to [-adv_clip, adv_clip] after scaling (unset: no clipping)"})
-    adv_sign: str = field(default="both", metadata={
-        "help": "which completions teach: 'both' (GRPO), 'positive' (only those above their baseline: the "
-                "negative advantages become 0, as in RAFT++ / PSR) or 'negative' (only those below it, NSR)"})
-    credit: str = field(default="sequence", metadata={
-        "help": "what a P completion's tokens are credited with: 'sequence' (every token the completion's "
-                "advantage) or 'field' (the tokens of the M:, E: and B: fields each the group-relative advantage "
-                "of their own reward component with format; docs/grpo.md); A completions always 'sequence'"})
     aggregation: str = field(default="dapo", metadata={
         "help": "how token losses become one number: grpo, bnpo, dapo or dr_grpo (see grpo.py)"})
     eps_low: float = field(default=0.2, metadata={
@@ -89,12 +70,11 @@ class GRPOConfig:
     beta: float = field(default=0.02, metadata={
         "help": "KL coefficient (the value after warm-up; the start value of the adaptive schedule)"})
     beta_a_scale: float = field(default=5.0, metadata={
-        "help": "multiplies beta on the A prompts' completions: 5 holds the arbiter nearer the reference while P "
-                "moves (1: the same KL as P's); the schedules move beta, and A's follows it"})
+        "help": "multiplies beta on the A prompts' completions (1: the same KL as P's); the schedules move beta, "
+                "and A's follows it"})
     learn_a: bool = field(default=True, metadata={
         "help": "whether the A prompts' rewards teach: false sets their advantages to 0, so an A completion "
-                "carries only its KL term (beta x beta_a_scale) and holds the arbiter near the reference while P "
-                "learns (GRPO on A alone loses A: docs/experiments.md)"})
+                "carries only its KL term (beta x beta_a_scale)"})
     kl_estimator: str = field(default="k3", metadata={
         "help": "KL to the reference: 'k3' or 'k1' (estimates on sampled tokens) or 'full' (exact "
                 "full-vocabulary KL per position, computed by the model code)"})
@@ -127,14 +107,6 @@ class GRPOConfig:
             self.kl_importance_weight = self.kl_estimator != "full"
         checks = [
             (self.baseline in BASELINES, f"baseline must be one of {BASELINES}, got {self.baseline!r}"),
-            (self.baseline_a is None or self.baseline_a in BASELINES,
-             f"baseline_a must be one of {BASELINES} (or unset: the same as baseline), got {self.baseline_a!r}"),
-            (self.std_scaling != "batch" or self.baseline_of("A") == self.baseline,
-             f"std_scaling 'batch' takes one std over the whole step, which one baseline per task would split: "
-             f"leave baseline_a unset (or equal to baseline {self.baseline!r}), or use std_scaling 'group'"),
-            (self.learn_a or self.baseline_a != "greedy",
-             "learn_a false zeroes the A groups' advantages, so baseline_a 'greedy' would decode A's greedy answers "
-             "for nothing: leave baseline_a unset or set it to 'group'"),
             (self.beta_a_scale >= 0, f"beta_a_scale must be >= 0, got {self.beta_a_scale}"),
             (0 <= self.ema_momentum < 1, f"ema_momentum must be in [0, 1) (1 would never move), "
                                          f"got {self.ema_momentum}"),
@@ -142,11 +114,6 @@ class GRPOConfig:
             (self.std_floor > 0, f"std_floor must be > 0 so that equal rewards cannot divide by zero, "
                                  f"got {self.std_floor}"),
             (self.adv_clip is None or self.adv_clip > 0, f"adv_clip must be > 0 (or unset), got {self.adv_clip}"),
-            (self.adv_sign in ADV_SIGNS, f"adv_sign must be one of {ADV_SIGNS}, got {self.adv_sign!r}"),
-            (self.credit in CREDITS, f"credit must be one of {CREDITS}, got {self.credit!r}"),
-            (self.credit == "sequence" or self.baseline not in OUTSIDE_BASELINES,
-             f"credit 'field' needs a group baseline ('group' or 'rloo'): the {self.baseline!r} baseline is one "
-             f"whole reward per group, not one per field"),
             (self.aggregation in AGGREGATIONS, f"aggregation must be one of {AGGREGATIONS}, got {self.aggregation!r}"),
             (0 <= self.eps_low < 1, f"eps_low must be in [0, 1) so that the lower clip bound 1 - eps_low stays "
                                     f"positive, got {self.eps_low}"),
@@ -183,14 +150,6 @@ class GRPOConfig:
             if not ok:
                 raise ValueError(reason)
 
-    def baseline_of(self, task: str) -> str:
-        """The baseline the prompts of `task` ('P' or 'A') are compared with."""
-        return self.baseline_a if task == "A" and self.baseline_a is not None else self.baseline
-
-    def uses(self, baseline: str) -> bool:
-        """Whether the prompts of either task are compared with `baseline`."""
-        return baseline in (self.baseline_of("P"), self.baseline_of("A"))
-
 
 @dataclass(frozen=True)
 class Advantages:
@@ -199,21 +158,15 @@ class Advantages:
     frac_zero_std: float
 
 
-def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None,
-               spread_of: torch.Tensor | None = None, kind: str | None = None) -> Advantages:
-    """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip and, by cfg.adv_sign, kept
-    only where positive or only where negative (the others 0).
+def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | None = None) -> Advantages:
+    """A_ij = (R_ij - b_ij) / max(std, std_floor), then clipped to +-adv_clip.
 
-    b_ij by `kind` (unset: cfg.baseline; the trainer passes each task's `cfg.baseline_of`): 'group' the mean
-    of the group's G rewards; 'rloo' the mean of the other G-1 (= G/(G-1) times the group-centred reward);
-    'ema', 'greedy' and 'samples' `baseline` (B,): each group's value of an `EMABaseline`, the reward of the
-    prompt's greedy completion, or the mean of its sampled completions' rewards (a label row left out). std
-    is the (unbiased) std of the group's rewards ('group'), of all B*G rewards ('batch'), or 1 ('none').
+    b_ij by cfg.baseline: 'group' the mean of the group's G rewards; 'rloo' the mean of the other G-1
+    (= G/(G-1) times the group-centred reward); 'ema' `baseline` (B,), each group's value of an `EMABaseline`.
+    std is the (unbiased) std of the group's rewards ('group'), of all B*G rewards ('batch'), or 1 ('none').
     Groups whose G rewards are all equal are returned in `zero_std` so the trainer can drop or resample them
-    (dynamic sampling); they get exactly 0 (float rounding of their mean cannot leak in), except under an
-    outside baseline without the group std, where R - b is a signal.
-    `spread_of` (B, G): other rewards whose std the divisor is at least (field credit: a field's advantage is
-    never scaled up beyond its whole reward's, so a field with a tiny spread is not blown up to unit size).
+    (dynamic sampling); they get exactly 0 (float rounding of their mean cannot leak in), except under the
+    'ema' baseline without the group std, where R - b is a signal.
     """
     if rewards.dim() != 2 or rewards.shape[1] < 2:
         raise ValueError(f"rewards must be (B, G) with G >= 2 completions per prompt for a group baseline, "
@@ -221,27 +174,21 @@ def advantages(rewards: torch.Tensor, cfg: GRPOConfig, baseline: torch.Tensor | 
     rewards = rewards.float()
     B, G = rewards.shape
     zero_std = (rewards == rewards[:, :1]).all(dim=1)  # (B,)
-    kind = kind or cfg.baseline
-    outside = kind in OUTSIDE_BASELINES
+    outside = cfg.baseline == "ema"
     if outside:
         if baseline is None or tuple(baseline.shape) != (B,):
-            raise ValueError(f"baseline {kind!r} needs each group's baseline value, (B,) = ({B},), got "
+            raise ValueError(f"baseline 'ema' needs each group's baseline value, (B,) = ({B},), got "
                              f"{None if baseline is None else tuple(baseline.shape)}")
         centered = rewards - baseline.float()[:, None]  # (B, G)
     else:
         centered = rewards - rewards.mean(dim=1, keepdim=True)  # (B, G)
-        if kind == "rloo":
+        if cfg.baseline == "rloo":
             centered = centered * (G / (G - 1))
     if cfg.std_scaling != "none":
-        over = {"dim": 1, "keepdim": True} if cfg.std_scaling == "group" else {}
-        std = rewards.std(**over)
-        if spread_of is not None:
-            std = torch.maximum(std, spread_of.float().std(**over))
+        std = rewards.std(dim=1, keepdim=True) if cfg.std_scaling == "group" else rewards.std()
         centered = centered / std.clamp(min=cfg.std_floor)
     if cfg.adv_clip is not None:
         centered = centered.clamp(-cfg.adv_clip, cfg.adv_clip)
-    if cfg.adv_sign != "both":  # the other sign's completions stay in the loss's denominator (RAFT++, NSR)
-        centered = centered.clamp(min=0.0) if cfg.adv_sign == "positive" else centered.clamp(max=0.0)
     if not outside or cfg.std_scaling == "group":
         centered = centered.masked_fill(zero_std[:, None], 0.0)  # (B, G)
     return Advantages(values=centered, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
@@ -345,9 +292,9 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
     logp (N, T): current policy's log-probs of the sampled ids, with grad. old_logp (N, T): the sampling
     policy's (detached here; pass logp.detach() when each batch is used once: ratio 1, gradient -A/denom).
     ref_logp (N, T) for k1/k3, or kl_per_token (N, T) for 'full' (with grad, from the model code); both may
-    be None when beta == 0. adv (N,) per sequence or (N, T) per token (credit 'field'). mask (N, T): completion
-    tokens. beta: this step's coefficient (BetaController.beta; default cfg.beta). entropy (N, T): per-token
-    entropy with grad, needed when cfg.entropy_coef > 0. truncated (N,) bool: used when cfg.mask_truncated.
+    be None when beta == 0. adv (N,): each sequence's advantage. mask (N, T): completion tokens. beta: this
+    step's coefficient (BetaController.beta; default cfg.beta). entropy (N, T): per-token entropy with grad,
+    needed when cfg.entropy_coef > 0. truncated (N,) bool: used when cfg.mask_truncated.
     normalizer: see `global_normalizer`. max_completion_length: dr_grpo's L_max when no normalizer is given.
     kl_weight (N,): each sequence's multiplier of beta (the trainer's `beta_a_scale` on A rows); None: 1.
 
@@ -360,8 +307,7 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
       `kl/mean` (only with a KL input), `entropy` (only with `entropy`), `ratio/mean`, `ratio/max` (the max),
       `clip_frac` = `clip_frac/low` + `clip_frac/high`: tokens whose gradient the clip removes
       (r < 1 - eps_low with A < 0; r > 1 + eps_high with A > 0).
-    Over the N advantages (per-token advantages: over the loss tokens): `adv/mean`, `adv/std` (population
-    std), `adv/abs_max`.
+    Over the N advantages: `adv/mean`, `adv/std` (population std), `adv/abs_max`.
     """
     beta = cfg.beta if beta is None else beta
     shape = tuple(logp.shape)
@@ -372,9 +318,8 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
             raise ValueError(f"{name} must have logp's shape {shape}, got {tuple(tensor.shape)}")
     if kl_weight is not None and tuple(kl_weight.shape) != shape[:1]:
         raise ValueError(f"kl_weight must be (N,) = {shape[:1]}, one per sequence, got {tuple(kl_weight.shape)}")
-    if tuple(adv.shape) not in (shape[:1], shape):
-        raise ValueError(f"adv must be (N,) = {shape[:1]} per sequence or logp's shape {shape} per token, "
-                         f"got {tuple(adv.shape)}")
+    if tuple(adv.shape) != shape[:1]:
+        raise ValueError(f"adv must be (N,) = {shape[:1]}, one per sequence, got {tuple(adv.shape)}")
     if beta < 0:
         raise ValueError(f"beta must be >= 0, got {beta}")
     needed, unused = ("kl_per_token", ref_logp) if cfg.kl_estimator == "full" else ("ref_logp", kl_per_token)
@@ -403,8 +348,7 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
         return x.sum() / denom
 
     logp = masked(logp)
-    adv_col = adv.float().detach()  # (N, T) per token, or (N, 1) per sequence
-    adv_col = adv_col if adv_col.dim() == 2 else adv_col[:, None]
+    adv_col = adv.float().detach()[:, None]  # (N, 1)
     ratio = torch.exp(logp - masked(old_logp.detach()))  # (N, T); 1 outside the mask
     clipped = ratio.clamp(1 - cfg.eps_low, 1 + cfg.eps_high)  # (N, T)
     pg = masked(-torch.minimum(ratio * adv_col, clipped * adv_col))  # (N, T)
@@ -440,7 +384,7 @@ def loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | No
 
         clip_low = (ratio < 1 - cfg.eps_low) & (adv_col < 0)  # (N, T)
         clip_high = (ratio > 1 + cfg.eps_high) & (adv_col > 0)  # (N, T)
-        adv = adv.float() if adv.dim() == 1 else adv.float()[keep]  # per sequence, or per loss token
+        adv = adv.float()
         scalars = {
             "loss": total,
             "pg_loss": pg_loss,
@@ -515,18 +459,3 @@ class BetaController:
         self.num_updates = int(state["num_updates"])
         self._adaptive_beta = float(state["adaptive_beta"])
 
-
-def project_conflict(grads: list[torch.Tensor], anchor: list[torch.Tensor]) -> float:
-    """A-GEM's projection: where the loss gradient `grads` points against `anchor` (the gradient of a loss to
-    keep, e.g. the NLL of held data), remove its component along `anchor`, in place, so that a gradient step
-    leaves that loss unchanged to first order instead of raising it. Returns the cosine of the two before."""
-    # three sums over all parameters, read back at once (one device sync)
-    dot, grad_sq, anchor_sq = torch.stack([torch.stack([torch.sum(x * y) for x, y in pairs]).double().sum()
-                                           for pairs in (zip(grads, anchor), zip(grads, grads),
-                                                         zip(anchor, anchor))]).tolist()
-    if grad_sq == 0.0 or anchor_sq == 0.0:
-        return 0.0
-    if dot < 0.0:
-        for g, a in zip(grads, anchor):
-            g.sub_(a, alpha=dot / anchor_sq)
-    return dot / math.sqrt(grad_sq * anchor_sq)

@@ -28,8 +28,7 @@ import torch
 
 from . import __version__
 from .errors import UserError
-from .fsutil import disk_full, foreign_entries, fsync_tree, publish_dir, writable_dir
-from .log import jsonable
+from .fsutil import disk_full, foreign_entries, fsync_tree, jsonable, publish_dir, writable_dir
 from .model import GPT, GPTConfig
 from .tokenizer import TOKENIZER_FILES, Tokenizer
 

@@ -18,28 +18,21 @@ import torch
 
 from rookworld import checkpoint, grpo, training
 from rookworld.fsutil import output_file
-from rookworld.rewards import RewardConfig, weights_at
-from rookworld.rollout import collect, completion_limits, rollout
+from rookworld.rewards import RewardConfig
+from rookworld.rollout import Batch, collect, completion_limits, rollout
 from rookworld.runtime import Dist
+from rookworld.step import learning_groups, policy_update, rollout_config, step_advantages
 from rookworld.train import (
-    Anchor,
-    Batch,
     RunState,
     TrainConfig,
     batch_sampler,
     check_resumable,
     configs_from_args,
-    group_advantages,
-    learner,
-    learning_groups,
     load_data,
     load_reference,
     load_run,
-    make_anchor_sampler,
     make_baseline,
-    policy_update,
     set_lr,
-    step_advantages,
 )
 
 
@@ -76,49 +69,43 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
     policy, tokenizer = load_model(str(resume_dir or cfg.model or resolve_default_model()), device=device)
     reference = load_reference(cfg, gcfg, device)
     train_samples, _ = load_data(TrainConfig(**{**cfg.__dict__, "eval_every": 0}))
-    limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
+    limits = completion_limits({"P": cfg.max_new_tokens_p, "A": cfg.max_new_tokens_a}, tokenizer, train_samples,
+                               policy.config.n_positions)
+    d = Dist()
+    rollout_cfg = rollout_config(cfg, rcfg or RewardConfig(), limits, d)
     sampler = batch_sampler(cfg, train_samples)
-    anchor_sampler = make_anchor_sampler(cfg, train_samples)
-    optimizer, lora = learner(policy, cfg)
+    optimizer = training.make_optimizer(policy, cfg)
     beta_ctl, ema = grpo.BetaController(gcfg), make_baseline(gcfg)
     state = RunState()
     if resume_dir is not None:
         saved = checkpoint.load_state(resume_dir)
-        check_resumable(saved, resume_dir, cfg, gcfg)
-        state = load_run(saved, policy, optimizer, cfg, {"lora": lora, "sampler": sampler, "beta": beta_ctl,
-                                                         "baseline": ema, "anchor": anchor_sampler})
+        check_resumable(saved, resume_dir, gcfg)
+        state = load_run(saved, policy, optimizer, cfg, {"sampler": sampler, "beta": beta_ctl, "baseline": ema})
     set_lr(optimizer, cfg, state)
     step = state.step  # 0-based: it seeds the step's random streams and the reward's warm-up
     samples = sampler.next(cfg.batch_size)
-    d = Dist()
     beta = beta_ctl.beta
     with StockfishPool(processes=cfg.processes) as pool:
         policy.eval()
-        groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, step, pool, d, {}, rcfg,
-                                    greedy=gcfg.uses("greedy"))
+        groups, summaries = collect(policy, tokenizer, sampler, samples, rollout_cfg, step, pool, d, {})
         adv = step_advantages(summaries, gcfg, ema)
         learn = learning_groups(groups, adv, cfg)
-        advantages = group_advantages(groups, list(range(len(groups))), summaries, adv, gcfg,
-                                      weights_at(rcfg or RewardConfig(), step)["P"], tokenizer, device)
+        advantages = [adv.values[i].to(device) for i in range(len(groups))]
         every = Batch.of(groups, advantages)
         terms = per_sequence_terms(policy, reference, every, gcfg, beta)
         # the step's prompts after resampling, sampled on the same random streams before and after the update
         final = [g.sample for g in groups]
-        before = groups if final == samples else rollout(policy, tokenizer, final, cfg, limits, step, 0, pool, d,
-                                                         {}, rcfg)
+        before = groups if final == samples else rollout(policy, tokenizer, final, rollout_cfg, step, 0, pool, d, {})
         policy.train()
         batch = Batch.of([groups[i] for i in learn], [advantages[i] for i in learn]) if learn else None
-        anchor = Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device) if anchor_sampler else None
-        update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max(limits.values()), d, anchor,
-                               lora)
+        update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max(limits.values()), d)
         policy.eval()
-        after = rollout(policy, tokenizer, final, cfg, limits, step, 0, pool, d, {}, rcfg)
+        after = rollout(policy, tokenizer, final, rollout_cfg, step, 0, pool, d, {})
     G = cfg.group_size
     prompts = []
     for b, group in enumerate(groups):
         prompts.append({"task": group.sample.task, "prompt": group.sample.prompt, "target": group.sample.target,
                         "zero_std": bool(adv.zero_std[b]), "in_loss": b in learn,
-                        **({} if group.greedy is None else {"greedy_reward": group.greedy.reward}),
                         "completions": [{"completion": c, "reward": r, "components": comp,
                                          "advantage": float(adv.values[b, j]), **terms[b * G + j]}
                                         for j, (c, r, comp) in enumerate(zip(group.completions, group.rewards,
@@ -136,8 +123,7 @@ def print_report(report: dict) -> None:
     for i, p in enumerate(report["prompts"]):
         table = Table("completion", "reward", "adv", "pg", "kl", "entropy", "components",
                       title=f"[{i}] {p['task']}  {p['prompt']}" + ("  (zero std)" if p["zero_std"] else "")
-                      + ("" if p["in_loss"] else "  (not in the loss)")
-                      + (f"  (greedy reward {p['greedy_reward']:.3f})" if "greedy_reward" in p else ""),
+                      + ("" if p["in_loss"] else "  (not in the loss)"),
                       title_justify="left")
         for c in p["completions"]:
             table.add_row(repr(c["completion"][:70]), f"{c['reward']:.3f}", f"{c['advantage']:+.3f}",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rookworld.errors import UserError
-from rookworld.fsutil import disk_full
+from rookworld.fsutil import disk_full, jsonable
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -36,17 +36,6 @@ EVAL_FILE = "eval.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_ID_FILE = "wandb_run_id.txt"
-
-
-def jsonable(value: Any) -> Any:
-    """`value` with non-finite floats replaced by None (recursively through dicts, lists, tuples)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value
 
 
 def metric_values(metrics: Mapping[str, Any]) -> dict[str, int | float]:
@@ -199,7 +188,7 @@ class RunLogger:
         except Exception as exc:
             if not disk_full(exc):
                 raise
-            from rookworld.checkpoint import disk_full_error  # checkpoint imports this module
+            from rookworld.checkpoint import disk_full_error  # here: checkpoint imports torch
 
             raise disk_full_error(what, self.out_dir) from exc
 

@@ -17,21 +17,14 @@ from typing import TYPE_CHECKING
 import chess
 
 from rookworld import arbiter, quality, text
-from rookworld.analysis import EVAL_CLIP_PAWNS, Analysis, clip_pawns, is_mate_score
+from rookworld.analysis import EVAL_CLIP_PAWNS, Analysis, clip_pawns
 from rookworld.errors import InvalidPromptError
 
 if TYPE_CHECKING:
     from rookworld.stockfish import StockfishPool
 
-# The 'rank' shape: best_move credit by rank among Stockfish's top 5 (ties in eval share the better rank)
-RANK_CREDIT = (1.0, 0.6, 0.4, 0.25, 0.15)
-OUTSIDE_TOP5_MAX = 0.1        # a legal move outside the top 5 with no eval loss; below rank 5's credit
-OUTSIDE_TOP5_UNKNOWN = 0.05   # a legal move outside the top 5 whose eval is unknown (no engine)
-OUTSIDE_LOSS_PAWNS = 2.0      # outside credit falls linearly to 0 at this loss against the best move
-NO_MOVE = -1.0                # its credit for an illegal, unparseable or missing move
-UNKNOWN_SHARE = 0.5  # dense shapes: an uncovered move of unknown eval gets this share of the last stored move's credit
-BEST_MOVE_SHAPES = ("linear", "exp", "rank")
-DENSE_ILLEGAL = -0.25  # dense shapes' default credit for an illegal or missing move: just below the legal floor 0
+UNKNOWN_SHARE = 0.5  # an uncovered move of unknown eval gets this share of the last stored move's credit
+BEST_MOVE_SHAPES = ("linear", "exp")
 
 
 @dataclass(frozen=True)
@@ -49,21 +42,12 @@ class RewardConfig:
         "help": "P weight of format: small, as every other component already needs a parseable completion"})
     best_move_shape: str = field(default="exp", metadata={
         "help": "best_move credit of a legal move from its expected-score loss L against the best move (the "
-                "Lichess win%% curve): 'linear' max(0, 1 - L / scale), 'exp' exp(-L / scale), or 'rank' (the "
-                "old table: 1.0/0.6/0.4/0.25/0.15 by rank in the stored top 5, at most 0.1 outside it)"})
+                "Lichess win%% curve): 'linear' max(0, 1 - L / scale) or 'exp' exp(-L / scale)"})
     best_move_scale: float = field(default=0.2, metadata={
         "help": "expected-score loss (0..1) at which the linear credit reaches 0, or that divides it by e "
                 "for 'exp'"})
-    best_move_illegal: float | None = field(default=None, metadata={
-        "help": "best_move credit of an illegal, unparseable or missing move, below every legal move's (< 0) "
-                f"(default: {DENSE_ILLEGAL} for the dense shapes, -1 for 'rank')"})
-    mate_miss_loss: float = field(default=0.0, metadata={
-        "help": "smallest expected-score loss (0..1) of a legal move that gives up a forced mate the truth found "
-                "(the best eval is a mate for the mover, the move's is not); dense shapes only. 0: off, and evals "
-                "clip at 10 pawns, so a move that stays a queen up scores as the mate does"})
-    p_format_count: bool = field(default=False, metadata={
-        "help": "P format credit also counts, as one more error, an M: list whose length is not the stored "
-                "top list's (5 moves, or every legal move when fewer), as the P/format_valid metric does"})
+    best_move_illegal: float = field(default=-0.25, metadata={
+        "help": "best_move credit of an illegal, unparseable or missing move, below every legal move's (< 0)"})
     reward_warmup_steps: int = field(default=0, metadata={
         "help": "training steps over which every task's component weights move linearly from a warm-up "
                 "weighting that favours format and structure to the configured weights (0: off)"})
@@ -78,11 +62,9 @@ class RewardConfig:
              f"best_move_shape must be one of {BEST_MOVE_SHAPES}, got {self.best_move_shape!r}"),
             (self.best_move_scale > 0,
              f"best_move_scale must be > 0 (it divides the loss), got {self.best_move_scale}"),
-            (self.best_move_illegal is None or -1.0 <= self.best_move_illegal < 0.0,
+            (-1.0 <= self.best_move_illegal < 0.0,
              f"best_move_illegal must be in [-1, 0): below every legal move's credit (>= 0) and a component's "
              f"range, got {self.best_move_illegal}"),
-            (0.0 <= self.mate_miss_loss <= 1.0,
-             f"mate_miss_loss must be in [0, 1], an expected-score loss, got {self.mate_miss_loss}"),
             (self.reward_warmup_steps >= 0, f"reward_warmup_steps must be >= 0 (0: off), "
                                             f"got {self.reward_warmup_steps}"),
         ]
@@ -94,12 +76,6 @@ class RewardConfig:
     def p_weights(self) -> dict[str, float]:
         return {"best_move": self.p_best_move_weight, "candidates": self.p_candidates_weight,
                 "evals": self.p_evals_weight, "format": self.p_format_weight}
-
-    @property
-    def illegal_credit(self) -> float:
-        if self.best_move_illegal is not None:
-            return self.best_move_illegal
-        return NO_MOVE if self.best_move_shape == "rank" else DENSE_ILLEGAL
 
 
 DEFAULT_CONFIG = RewardConfig()
@@ -249,9 +225,7 @@ def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str
                       config: RewardConfig) -> float:
     best = view.parsed.best
     if best is None or not view.legal[best]:
-        return config.illegal_credit
-    if config.best_move_shape == "rank":
-        return _rank_credit(best, analysis, extra_evals)
+        return config.best_move_illegal
     if not analysis.evals:  # nothing to compare with: the move is legal, that is all we know
         return UNKNOWN_SHARE
     # The stored search ranks every move it does not list at or below its last one; the bound also keeps an
@@ -265,31 +239,13 @@ def _best_move_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str
     return _dense_credit(config, analysis, value)
 
 
-def _mates(pawns: float) -> bool:
-    """The eval is a forced mate for the side it speaks for."""
-    return is_mate_score(pawns) and pawns > 0
-
-
 def _dense_credit(config: RewardConfig, analysis: Analysis, move_eval: float) -> float:
     """1.0 for the best move, falling with the expected-score loss against it; >= 0 for every legal move."""
     best = max(analysis.evals)
     loss = quality.judge(best, move_eval).score_loss
-    if _mates(best) and not _mates(move_eval):  # a forced mate given up: clipped evals cannot see it
-        loss = max(loss, config.mate_miss_loss)
     if config.best_move_shape == "linear":
         return max(0.0, 1.0 - loss / config.best_move_scale)
     return math.exp(-loss / config.best_move_scale)
-
-
-def _rank_credit(best: str, analysis: Analysis, extra_evals: Mapping[str, float]) -> float:
-    if best in analysis.moves:
-        value = analysis.eval_of(best)
-        rank = sum(e > value for e in analysis.evals)  # 0-based; equal evals share a rank
-        return RANK_CREDIT[min(rank, len(RANK_CREDIT) - 1)]
-    if best not in extra_evals or not analysis.evals:
-        return OUTSIDE_TOP5_UNKNOWN
-    loss = max(0.0, clip_pawns(max(analysis.evals)) - clip_pawns(extra_evals[best]))
-    return OUTSIDE_TOP5_MAX * max(0.0, 1.0 - loss / OUTSIDE_LOSS_PAWNS)
 
 
 def _candidates_credit(view: _PView, analysis: Analysis) -> float:
@@ -320,14 +276,6 @@ def _evals_credit(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
     return 1.0 / (1.0 + (sum(errors) / len(errors)) / EVAL_SCALE_PAWNS)
 
 
-def _p_format_errors(view: _PView, analysis: Analysis, config: RewardConfig) -> Sequence[str]:
-    """The parse errors, and with `p_format_count` a named-move count other than the stored top list's."""
-    named, expected = len(view.parsed.moves), len(analysis.top5)
-    if config.p_format_count and named != expected:
-        return [*view.parsed.errors, f"{named} moves named, {expected} expected"]
-    return view.parsed.errors
-
-
 def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, float] | None,
                   config: RewardConfig | None) -> Score:
     extra = extra_evals or {}
@@ -336,7 +284,7 @@ def _score_p_view(view: _PView, analysis: Analysis, extra_evals: Mapping[str, fl
         "best_move": _best_move_credit(view, analysis, extra, config),
         "candidates": _candidates_credit(view, analysis),
         "evals": _evals_credit(view, analysis, extra),
-        "format": _format_credit(_p_format_errors(view, analysis, config)),
+        "format": _format_credit(view.parsed.errors),
     })
 
 

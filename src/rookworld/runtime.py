@@ -14,9 +14,8 @@ from rookworld.errors import UserError
 def default_cpu_threads() -> int:
     """The usable cores shared among this machine's torchrun processes.
 
-    On an idle machine both phases of a GRPO step gain from every core (measured on 2 cores: 15.5 s -> 9.0 s per
-    default step). Beside other busy processes, intra-op threads spin against them (measured: generation 13x
-    slower with 2 threads beside two busy processes on 2 cores): pass threads=1 when running jobs side by side.
+    On an idle machine both phases of a GRPO step gain from every core. Beside other busy processes, intra-op
+    threads spin against them: pass threads=1 when running jobs side by side.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))

@@ -24,9 +24,6 @@ padding, which a model could only reproduce by counting). Two views of the board
 
 from __future__ import annotations
 
-import bisect
-import functools
-import itertools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -89,23 +86,10 @@ def board_view(text: str, view: str) -> str:
 
 def fen_text(text: str, view: str) -> str:
     """The inverse of `board_view` on boards: `text`'s boards written in `view` back in FEN."""
-    return _fen_spans(text, view)[0]
-
-
-def _fen_spans(text: str, view: str) -> tuple[str, list[tuple[int, int, int, int]]]:
-    """`fen_text(text, view)` and the spans rewritten: (start, end) in `text`, (start, end) in the result."""
     if view == "fen":
-        return text, []
+        return text
     pattern, collapse = _COLLAPSE[view]
-    pieces, spans, at, shift = [], [], 0, 0
-    for match in pattern.finditer(text):
-        fen = collapse(match)
-        start = match.start() - shift
-        spans.append((match.start(), match.end(), start, start + len(fen)))
-        pieces += [text[at:match.start()], fen]
-        shift += len(match.group()) - len(fen)
-        at = match.end()
-    return "".join(pieces) + text[at:], spans
+    return pattern.sub(collapse, text)
 
 
 class Tokenizer:
@@ -159,29 +143,6 @@ class Tokenizer:
     def decode_batch(self, sequences: Sequence[Sequence[int]]) -> list[str]:
         views = self.backend.decode_batch([list(s) for s in sequences], skip_special_tokens=False)
         return [self._text(v) for v in views]
-
-    def token_starts(self, ids: Sequence[int]) -> list[int]:
-        """Where each token of `ids` starts in `decode(ids)`, in bytes: the character offsets when the text is
-        ASCII. Byte-level BPE decodes a sequence to the concatenation of its tokens' bytes; in a board view a token
-        within a board (squares: a run of empty squares) starts where the board (the run) does in FEN."""
-        starts = list(itertools.accumulate((self._token_bytes[i] for i in ids[:-1]), initial=0)) if ids else []
-        if self.view == "fen" or not ids:
-            return starts
-        spans = _fen_spans(self.backend.decode(list(ids), skip_special_tokens=False), self.view)[1]
-        span_starts = [span[0] for span in spans]
-
-        def decoded(offset: int) -> int:
-            i = bisect.bisect_right(span_starts, offset) - 1  # the last span starting at or before offset
-            if i < 0:
-                return offset
-            start, end, fen_start, fen_end = spans[i]
-            return fen_start if offset < end else offset - end + fen_end
-        return [decoded(at) for at in starts]
-
-    @functools.cached_property
-    def _token_bytes(self) -> list[int]:
-        # each character of a byte-level token stands for one byte; special tokens decode to their own text
-        return [len(self.backend.id_to_token(i) or "") for i in range(self.vocab_size)]
 
     @classmethod
     def from_dir(cls, path: str | Path) -> Tokenizer:

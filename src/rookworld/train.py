@@ -1,9 +1,7 @@
 """`rookworld train [--steps N] [--out DIR] [--resume DIR] [--config FILE.toml] ...`: the GRPO loop.
 
-One step: draw B prompts (P/A mix), sample G completions of each (one prefill per prompt), score them
-(stored Stockfish truth, the arbiter), turn the (B, G) rewards into group advantages, and update the
-policy on the sampled ids with the clipped token-level loss (grpo.py) in micro-batches; then guards,
-logging, periodic evaluation and atomic checkpoints.
+Each step draws B prompts (P/A mix) and takes one GRPO step on them (step.py); around it the loop keeps the
+guards (skipped and rolled-back steps), logging, periodic evaluation, atomic checkpoints and exact resume.
 
 Randomness is explicit: completions come from generators seeded by (seed, step, chunk) (rollout.py),
 so a step is reproducible from the run state alone (exact resume) and from any number of ranks.
@@ -13,395 +11,30 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import torch
-from torch.optim.swa_utils import AveragedModel
 
-from rookworld import checkpoint, credit, grpo, training
-from rookworld.data.batches import A_CASES, P_CASES
+from rookworld import checkpoint, grpo, training
 from rookworld.data.record import Sample
 from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, Values, model_values, paired_change
-from rookworld.generation import FastDecoder, check_sampling
-from rookworld.lora import LoRA
-from rookworld.model import SharedPrompts
-from rookworld.rewards import RewardConfig, weights_at
-from rookworld.rollout import Group, GroupSummary, collect, completion_limits
-from rookworld.runtime import Dist, all_gather_objects, all_sum, fast_path, gather_indexed, init_distributed
-from rookworld.training import shared
+from rookworld.generation import FastDecoder
+from rookworld.rewards import RewardConfig
+from rookworld.rollout import Group, completion_limits
+from rookworld.runtime import Dist, fast_path, gather_indexed, init_distributed
+from rookworld.step import rollout_config, take_step
+from rookworld.train_config import TrainConfig
 
-ZERO_STD_MODES = ("keep", "drop", "resample")
-P_TRUTHS = ("stored", "engine")
-ANCHOR_SHARES = {"A": 0.0, "P": 1.0, "PA": 0.5}  # anchor_tasks -> the anchor sampler's P share
-ANCHOR_MODES = ("loss", "project", "kl")
-ANCHOR_SEED_OFFSET = 1_000_003  # the anchor sampler's seed is the run's plus this: its rows are not the batch's
-CONSOLIDATE_SEED_OFFSET = 2_000_003  # the consolidation's rows: neither the batch's nor the anchor's
-# grpo.loss stats: loss terms add up over micro-batches; the others are token means (ratio/max: a max, apart)
-SUMMED_STATS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
-TOKEN_MEAN_STATS = ("kl/mean", "entropy", "clip_frac", "clip_frac/low", "clip_frac/high", "ratio/mean")
-
-
-@dataclass
-class TrainConfig:
-    # a resumed run continues its checkpoint's policy; --model is also its KL reference, which must not change, and
-    # the LoRA adapters' rank and scale made the weights it saved
-    KEPT_ON_RESUME: ClassVar[tuple[str, ...]] = ("model", "lora_rank", "lora_alpha")
-    model: str | None = field(default=None, metadata={"help": "policy checkpoint: a directory or hub id "
-                                                      "(default: the embedded model)"})
-    data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
-    out: str = shared("out", "runs/grpo")
-    steps: int = shared("steps", 100)
-    seed: int = shared("seed", 0)
-    batch_size: int = field(default=32, metadata={"help": "prompts per step (all ranks together)"})
-    group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
-    p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
-    a_cases: str = field(default="mix", metadata={
-        "help": "A prompts of the GRPO batches: 'mix' (as the training data has them), 'balanced' (every A case, "
-                "e.g. first move, castling, illegal move, equally often), 'sqrt' (each case in proportion to "
-                "the square root of its count: between the two) or 'illegal2' (the mix with illegal moves "
-                "counted twice)"})
-    p_cases: str = field(default="mix", metadata={
-        "help": "P prompts of the GRPO batches: 'mix' (as the training data has them; on the embedded set 7%% of "
-                "the positions have the side to move in check), 'balanced' (positions in check and the others "
-                "equally often) or 'sqrt' (each in proportion to the square root of its count: checks 7%% -> 21%%)"})
-    p_pool: int = field(default=0, metadata={
-        "help": "P prompts from this many training positions drawn at random (seeded), each revisited every "
-                "p_pool P prompts, instead of each position once (0: every position)"})
-    p_expert: bool = field(default=False, metadata={
-        "help": "the last of each P group's G completions is the prompt's label (the data's target: the engine's "
-                "analysis) instead of a sample: off-policy guidance that puts the engine's answer in every P group, "
-                "scored like the others (reward/P counts it; needs num_iterations 1)"})
-    p_choice: float = field(default=0.0, metadata={
-        "help": "share of P groups that are choice groups: the policy's greedy M: and E: fields are the prompt's "
-                "context and only the B: move is sampled, so the group's rewards rank the moves that greedy play "
-                "would choose from its own list (0: every P group samples the whole answer)"})
-    rollout_chunk: int | None = field(default=None, metadata={
-        "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
-                "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
-    micro_batch_size: int = field(default=64, metadata={"help": "sequences per forward/backward pass "
-                                                        "(bounds memory; gradients accumulate)"})
-    num_iterations: int = field(default=1, metadata={"help": "policy updates per sampled batch (PPO epochs)"})
-    temperature_p: float = field(default=1.0, metadata={"help": "sampling temperature of P prompts"})
-    temperature_a: float = field(default=1.0, metadata={"help": "sampling temperature of A prompts"})
-    top_p_p: float = field(default=1.0, metadata={"help": "nucleus mass of P prompts"})
-    top_p_a: float = field(default=1.0, metadata={"help": "nucleus mass of A prompts"})
-    max_new_tokens_p: int | None = field(default=None, metadata={"help": "P completion limit (default: the "
-                                                                 "longest P target + margin)"})
-    max_new_tokens_a: int | None = field(default=None, metadata={"help": "A completion limit (default: the "
-                                                                 "longest A target + margin)"})
-    lr: float = shared("lr", 3e-5)
-    lr_schedule: str = shared("lr_schedule", "constant")
-    min_lr_ratio: float = shared("min_lr_ratio", 0.0)
-    warmup_steps: int = shared("warmup_steps", 0)
-    weight_decay: float = shared("weight_decay", 0.0)
-    beta1: float = shared("beta1", 0.9)
-    beta2: float = shared("beta2", 0.99)
-    grad_clip: float = shared("grad_clip", 1.0)
-    zero_std: str = field(default="resample", metadata={"help": "groups whose G rewards are equal: keep, drop "
-                                                    "(out of the loss) or resample (replace with new prompts)"})
-    resample_rounds: int = field(default=2, metadata={"help": "zero_std=resample: extra rollout rounds at most"})
-    draft_a: bool = field(default=True, metadata={
-        "help": "sample (and evaluate) A completions speculatively with the label as the draft: the same "
-                "distribution, and the rows that reproduce the label whole are never decoded (false: decode all)"})
-    kl_max: float = field(default=1.0, metadata={"help": "roll back to the last good state when the step's "
-                                                 "mean KL exceeds this (0: off; inactive while beta is 0, "
-                                                 "when no KL is measured)"})
-    reward_drop: float = field(default=0.5, metadata={"help": "roll back when the 5-step mean reward falls this "
-                                                      "far below its best (0: off)"})
-    lr_backoff: float = field(default=0.5, metadata={"help": "learning-rate factor applied at each rollback"})
-    max_rollbacks: int = field(default=3, metadata={"help": "stop (with a valid checkpoint) after this many"})
-    eval_every: int = shared("eval_every", 50)
-    eval_limit: int = field(default=1200, metadata={
-        "help": "held-out samples of the greedy eval: half P, half A, drawn at random (seeded) from the eval "
-                "split; 600 P prompts show a 0.03 change of P/best_move_acc"})
-    eval_draws: int = field(default=4, metadata={"help": "besides greedy, draw N completions per eval prompt at "
-                                                 "eval_temperature (eval/sampled/...; 0: greedy only)"})
-    eval_sampled_limit: int = field(default=200, metadata={
-        "help": "held-out samples (half P, half A) of the sampled eval: eval_draws completions each cost more"})
-    eval_temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the sampled eval"})
-    eval_self_play: int = field(default=64, metadata={
-        "help": "greedy games of the model against itself at each eval, from seeded random openings and stopped at "
-                "the first illegal move (eval/selfplay/legal_half_moves; 0: none)"})
-    checkpoint_every: int = shared("checkpoint_every", 25)
-    keep_last: int = shared("keep_last", 2)
-    overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
-    device: str | None = shared("device", None)
-    threads: int | None = shared("threads", None)
-    ref_device: str | None = field(default=None, metadata={"help": "reference model device (default: the "
-                                                           "policy's)"})
-    fast_decode: bool | None = field(default=None, metadata={
-        "help": "the CUDA fast path: sampling and eval from a bf16 copy of the policy with CUDA-graph decoding, "
-                "and a bf16 autocast update over fp32 master weights (default: on with CUDA; false: fp32 eager)"})
-    processes: int | None = field(default=None, metadata={"help": "Stockfish processes for moves outside the "
-                                                          "stored analysis (default: one per core)"})
-    engine_rewards: bool = field(default=True, metadata={"help": "score P moves outside the stored analysis with "
-                                                         "Stockfish (false: a flat small credit, no engine time)"})
-    p_truth: str = field(default="stored", metadata={
-        "help": "P reward truth: 'stored' (the data's analysis; the embedded set's is at depth 10, the label "
-                "limit) or 'engine' (Stockfish at the label limit, depth 10, multipv 5, searched on demand and "
-                "cached: the truth `rookworld eval` judges moves by, for data labelled at another limit)"})
-    anchor_rows: int = field(default=0, metadata={
-        "help": "training rows per step whose stored target is learned by teacher forcing beside the GRPO loss: "
-                "an SFT anchor against forgetting what the batches do not show (0: off)"})
-    anchor_coef: float = field(default=1.0, metadata={
-        "help": "anchor_mode loss or kl: weight of the anchor's term (at 1.0 and 16 A rows the NLL's gradient "
-                "on the embedded model is about twice a GRPO step's; the KL's starts at 0)"})
-    anchor_mode: str = field(default="loss", metadata={
-        "help": "how the anchor guards: 'loss' (its NLL joins the loss, times anchor_coef), 'project' (A-GEM: "
-                "the GRPO gradient loses its component against the anchor NLL's gradient when they conflict, so "
-                "that to first order a step never raises the anchor's NLL; no anchor step of its own) or 'kl' "
-                "(the full-vocabulary KL from the reference at the rows' target tokens joins the loss, times "
-                "anchor_coef: the starting model's answers kept, not the stored ones learned; needs beta > 0)"})
-    anchor_tasks: str = field(default="A", metadata={
-        "help": "tasks of the anchor rows: A (exact python-chess truth), P (the stored analysis) or PA (half each)"})
-    anchor_cases: str = field(default="mix", metadata={
-        "help": "A anchor rows: 'mix', 'balanced' or 'sqrt', as --a-cases draws the GRPO prompts"})
-    consolidate_steps: int = field(default=0, metadata={
-        "help": "after the last GRPO step, this many supervised steps on training rows drawn as the anchor's "
-                "(anchor_tasks, anchor_cases), a fresh AdamW at consolidate_lr, before the final eval and "
-                "checkpoint: what GRPO shifted of the stored answers, learned back (0: off)"})
-    consolidate_rows: int = field(default=128, metadata={"help": "rows per consolidation step"})
-    consolidate_lr: float = field(default=1e-5, metadata={
-        "help": "learning rate of the consolidation steps (constant; 1e-4 on the embedded model loses A instead)"})
-    lora_rank: int = field(default=0, metadata={
-        "help": "train low-rank adapters of this rank on the blocks' matrices instead of every weight (LoRA; "
-                "embeddings, biases and norms frozen; 0: off); LoRA usually wants a higher --lr"})
-    lora_alpha: float = field(default=16.0, metadata={"help": "LoRA scale numerator: the adapters' product is "
-                                                      "multiplied by lora_alpha / lora_rank"})
-    average_last: float = field(default=0.0, metadata={
-        "help": "share of the run's steps, counted from the end, over which the policy's weights are averaged "
-                "(uniform mean after each step, at least one step; Polyak-Ruppert averaging, as SWA does): "
-                "checkpoints from then on, the periodic eval and the exported model hold the mean, while sampling "
-                "and updates use the policy's own weights (0: off)"})
-    log_samples: int = field(default=4, metadata={"help": "completions written to samples.jsonl per step"})
-    tensorboard: bool = shared("tensorboard", True)
-    wandb_project: str | None = field(default=None, metadata={"help": "log to this Weights & Biases project"})
-
-    def __post_init__(self) -> None:
-        training.check_shared(self)
-        checks = [
-            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
-            (self.group_size >= 2, f"group_size must be >= 2: a group baseline needs two completions, "
-                                   f"got {self.group_size}"),
-            ((self.rollout_chunk is None or self.rollout_chunk >= 1) and self.micro_batch_size >= 1,
-             "rollout_chunk and micro_batch_size must be >= 1"),
-            (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
-            (not self.p_expert or self.num_iterations == 1,
-             "p_expert's label rows have no sampling log-probs for a second PPO pass: use num_iterations 1"),
-            (0 <= self.p_choice <= 1, f"p_choice must be in [0, 1], got {self.p_choice}"),
-            (not (self.p_choice and self.p_expert), "p_choice and p_expert cannot be combined: a label is a whole "
-                                                    "answer, a choice group samples only its B: move"),
-            (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
-            (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
-            (self.p_truth == "stored" or self.engine_rewards,
-             "p_truth 'engine' searches every P prompt with Stockfish: it needs engine_rewards true"),
-            (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
-            (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
-            (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
-            (self.eval_self_play >= 0, f"eval_self_play must be >= 0 (0: none), got {self.eval_self_play}"),
-            (self.anchor_rows >= 0 and self.anchor_coef >= 0, "anchor_rows and anchor_coef must be >= 0"),
-            (self.anchor_tasks in ANCHOR_SHARES, f"anchor_tasks must be one of {tuple(ANCHOR_SHARES)}, "
-                                                 f"got {self.anchor_tasks!r}"),
-            (self.anchor_cases in A_CASES, f"anchor_cases must be one of {A_CASES}, got {self.anchor_cases!r}"),
-            (self.anchor_mode in ANCHOR_MODES, f"anchor_mode must be one of {ANCHOR_MODES}, "
-                                               f"got {self.anchor_mode!r}"),
-            (self.a_cases in A_CASES, f"a_cases must be one of {A_CASES}, got {self.a_cases!r}"),
-            (self.p_cases in P_CASES, f"p_cases must be one of {P_CASES}, got {self.p_cases!r}"),
-            (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
-                                                           f"got {self.eval_draws}"),
-            (all(n is None or n >= 1 for n in (self.max_new_tokens_p, self.max_new_tokens_a)),
-             f"max_new_tokens_p and max_new_tokens_a must be >= 1, got {self.max_new_tokens_p}, "
-             f"{self.max_new_tokens_a}"),
-            (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
-        ]
-        checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "lora_rank", "consolidate_steps")]
-        checks.append((not (self.consolidate_steps and self.lora_rank),
-                       "consolidate_steps trains every weight, lora_rank only the adapters: use one of them"))
-        checks.append((self.consolidate_rows >= 1 and self.consolidate_lr > 0,
-                       f"consolidate_rows must be >= 1 and consolidate_lr > 0, got {self.consolidate_rows}, "
-                       f"{self.consolidate_lr}"))
-        checks.append((0 <= self.average_last <= 1, f"average_last is a share of the run's steps: it must be in "
-                                                    f"[0, 1], got {self.average_last}"))
-        for ok, reason in checks:
-            if not ok:
-                raise ValueError(reason)
-        check_sampling(self.temperature_p, self.top_p_p, "temperature_p, top_p_p")
-        check_sampling(self.temperature_a, self.top_p_a, "temperature_a, top_p_a")
-        check_sampling(self.eval_temperature, 1.0, "eval_temperature")
-
-
-# ---------------------------------------------------------------- advantages
-
-
-def step_advantages(summaries: list[GroupSummary], gcfg: grpo.GRPOConfig,
-                    ema: grpo.EMABaseline | None) -> grpo.Advantages:
-    """The step's advantages from every group's rewards, each task's groups against its baseline
-    (`gcfg.baseline_of`); an 'ema' baseline then takes in the step's rewards of the tasks it serves."""
-    rewards = torch.tensor([s.rewards for s in summaries])  # (B, G)
-    values, zero_std = torch.zeros_like(rewards), torch.zeros(len(summaries), dtype=torch.bool)
-    kinds = [gcfg.baseline_of(s.task) for s in summaries]
-    for kind in dict.fromkeys(kinds):
-        rows = [i for i, k in enumerate(kinds) if k == kind]
-        part, tasks = rewards[rows], [summaries[i].task for i in rows]
-        adv = grpo.advantages(part, gcfg, outside_baseline(kind, [summaries[i] for i in rows], part, ema), kind=kind)
-        values[rows], zero_std[rows] = adv.values, adv.zero_std
-        if kind == "ema":
-            ema.update(tasks, part)
-    if not gcfg.learn_a:
-        values[[s.task == "A" for s in summaries]] = 0.0
-    return grpo.Advantages(values=values, zero_std=zero_std, frac_zero_std=zero_std.float().mean().item())
-
-
-def outside_baseline(kind: str, summaries: list[GroupSummary], rewards: torch.Tensor,
-                     ema: grpo.EMABaseline | None) -> torch.Tensor | None:
-    """Each group's baseline value (B,) under an outside baseline `kind`; None for one taken from the group."""
-    if kind == "greedy":
-        return torch.tensor([s.greedy_reward for s in summaries])
-    if kind == "ema":
-        return ema.values([s.task for s in summaries], rewards)
-    if kind == "samples":
-        return torch.tensor([sum(s.sampled_rewards) / len(s.sampled_rewards) for s in summaries])
-    return None
+# ---------------------------------------------------------------- setup
 
 
 def make_baseline(gcfg: grpo.GRPOConfig) -> grpo.EMABaseline | None:
-    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.uses("ema") else None
-
-
-def learning_groups(groups: list[Group | None], adv: grpo.Advantages, cfg: TrainConfig) -> list[int]:
-    """Indices of this rank's groups that enter the loss (zero-std ones only with zero_std 'keep')."""
-    return [i for i, g in enumerate(groups) if g is not None and not (cfg.zero_std != "keep" and bool(adv.zero_std[i]))]
-
-
-def group_advantages(groups: list[Group | None], rows: list[int], summaries: list[GroupSummary],
-                     adv: grpo.Advantages, gcfg: grpo.GRPOConfig, p_weights: dict[str, float], tokenizer,
-                     device: torch.device) -> list[torch.Tensor]:
-    """The advantages of the groups `rows` for the loss: (G,) per completion, or under credit 'field' (G, T) per
-    token in the group's sequence columns (see credit.py), each field's from every group's field rewards, divided
-    by at least the whole rewards' std."""
-    if gcfg.credit == "sequence":
-        return [adv.values[i].to(device) for i in rows]
-    whole = torch.tensor([s.rewards for s in summaries])  # (B, G)
-    per_field = torch.tensor([[credit.field_rewards(c, p_weights) for c in s.components] if s.task == "P"
-                              else [[r] * len(credit.FIELD_COMPONENTS) for r in s.rewards]
-                              for s in summaries])  # (B, G, F): each field's reward of P completions, A's whole
-    fields = torch.stack([grpo.advantages(per_field[..., f], gcfg, spread_of=whole).values
-                          for f in range(len(credit.FIELD_COMPONENTS))])  # (F, B, G)
-    out = []
-    for i in rows:
-        g = groups[i]
-        sequences, mask = g.sequences.cpu(), g.completion_mask.cpu()
-        tokens = adv.values[i][:, None].repeat(1, sequences.shape[1])  # (G, T): the sequence's advantage
-        for j, completion in enumerate(g.completions if g.sample.task == "P" else []):
-            cols = mask[j].nonzero().squeeze(1)
-            owner = credit.token_fields(completion, tokenizer.token_starts(sequences[j, cols].tolist()))
-            if owner is not None:
-                tokens[j, cols] = fields[owner, i, j]
-        out.append(tokens.to(device))
-    return out
-
-
-# ---------------------------------------------------------------- update
-
-
-def _pad_cat(tensors: list[torch.Tensor], value) -> torch.Tensor:
-    """Rows of 2-D tensors of different widths, right-padded with `value` to the widest and stacked."""
-    width = max(t.shape[1] for t in tensors)
-    return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=value) for t in tensors])
-
-
-@dataclass
-class Batch:
-    """The sequences of this rank's groups: each group's prompt once, and N = groups * G completions.
-
-    Sampling left-pads a chunk's prompts to one width, so a group's completions start in one column:
-    the prompt is what comes before it, its real tokens moved to the front (right-padded), and the
-    completions are right-padded from their first token. The update runs each prompt once and every
-    completion over its group's prompt (`GPT.continuation_hidden`), instead of G copies of the prompt.
-    """
-
-    prompts: SharedPrompts
-    completions: torch.Tensor      # (N, T) right-padded
-    completion_mask: torch.Tensor  # (N, T) True at completion tokens: a prefix of each row
-    logprobs: torch.Tensor         # (N, T) sampling log-probs: the old policy of the PPO ratio
-    finished: torch.Tensor         # (N,)
-    advantages: torch.Tensor       # (N,) per completion, or (N, T) per token (credit 'field')
-    temperature: torch.Tensor      # (N,) each row's sampling temperature
-    task_a: torch.Tensor           # (N,) bool: the row answers an A prompt
-
-    @classmethod
-    def of(cls, groups: list[Group], advantages: list[torch.Tensor]) -> Batch:
-        device = groups[0].sequences.device
-        starts = [int(g.completion_mask.any(0).int().argmax()) for g in groups]  # each group's first completion column
-        prompts = [g.sequences[0, :start][g.attention_mask[0, :start]] for g, start in zip(groups, starts)]
-        shared = SharedPrompts(_pad_cat([p[None] for p in prompts], 0),
-                               torch.tensor([len(p) for p in prompts], device=device),
-                               torch.cat([torch.full((len(g.completions),), i, device=device)
-                                          for i, g in enumerate(groups)]))
-        temperature = torch.tensor([g.temperature for g in groups for _ in g.completions], device=device)
-        task_a = torch.tensor([g.sample.task == "A" for g in groups for _ in g.completions], device=device)
-        per_token = advantages[0].dim() == 2
-        return cls(shared, *(_pad_cat([getattr(g, name)[:, start:] for g, start in zip(groups, starts)], fill)
-                             for name, fill in (("sequences", 0), ("completion_mask", False), ("logprobs", 0.0))),
-                   torch.cat([g.finished for g in groups]),
-                   _pad_cat([a[:, start:] for a, start in zip(advantages, starts)], 0.0) if per_token
-                   else torch.cat(advantages), temperature, task_a)
-
-    def select(self, rows: torch.Tensor) -> Batch:
-        """The batch of rows `rows` (in that order) with only their prompts, both cut after their longest row."""
-        used, inverse = torch.unique(self.prompts.rows[rows], return_inverse=True)
-        lengths = self.prompts.lengths[used]
-        width = int(self.completion_mask[rows].sum(1).max())
-        prompts = SharedPrompts(self.prompts.ids[used, :int(lengths.max())], lengths, inverse)
-        advantages = self.advantages[rows]
-        return Batch(prompts, self.completions[rows, :width], self.completion_mask[rows, :width],
-                     self.logprobs[rows, :width], self.finished[rows],
-                     advantages[:, :width] if advantages.dim() == 2 else advantages, self.temperature[rows],
-                     self.task_a[rows])
-
-    def micro_batches(self, size: int, by_length: bool = False):
-        """Batches of `size` rows at a time, in batch order, or with by_length groups longest completion
-        first (a group's rows stay together, so its prompt runs once): rows of a similar length share a
-        micro-batch, so little padding is computed, and each micro-batch fits in the memory the larger
-        one before it freed (shortest first raised the peak resident memory by a fifth)."""
-        order = torch.arange(len(self.advantages), device=self.advantages.device)
-        if by_length:
-            lengths = self.completion_mask.sum(1)  # (N,)
-            longest = torch.zeros(len(self.prompts.lengths), dtype=lengths.dtype, device=lengths.device)
-            longest = longest.scatter_reduce(0, self.prompts.rows, lengths, "amax")[self.prompts.rows]  # (N,)
-            order = longest.argsort(descending=True, stable=True)
-        for start in range(0, len(order), size):
-            yield self.select(order[start:start + size])
-
-
-def learner(policy, cfg: TrainConfig) -> tuple[torch.optim.AdamW, LoRA | None]:
-    """The run's optimizer and, with cfg.lora_rank, the adapters it steps (which freeze the policy's weights)."""
-    lora = LoRA(policy, cfg.lora_rank, cfg.lora_alpha, cfg.seed) if cfg.lora_rank else None
-    return training.make_optimizer(policy if lora is None else lora, cfg), lora
-
-
-def weight_average(policy, cfg: TrainConfig) -> AveragedModel | None:
-    """With cfg.average_last, the running uniform mean of the policy's weights (torch's AveragedModel, SWA's
-    average), updated after each step from average_start(cfg) on; None when off."""
-    return AveragedModel(policy) if cfg.average_last else None
-
-
-def average_start(cfg: TrainConfig) -> int:
-    """The first step whose weights join the mean: the last round(average_last * steps) steps, at least one."""
-    return cfg.steps - max(1, round(cfg.average_last * cfg.steps)) + 1
-
-
-def exported(policy, average: AveragedModel | None):
-    """The weights a checkpoint, the periodic eval and the exported model hold: the mean once it has begun."""
-    return average.module if average is not None and average.n_averaged > 0 else policy
+    return grpo.EMABaseline(gcfg.ema_momentum) if gcfg.baseline == "ema" else None
 
 
 def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) -> None:
@@ -409,51 +42,15 @@ def set_lr(optimizer: torch.optim.Optimizer, cfg: TrainConfig, state: RunState) 
     training.set_lr(optimizer, cfg.lr * state.lr_scale * training.lr_factor(cfg, state.step))
 
 
-@dataclass
-class Anchor:
-    """This rank's share of a step's anchor rows: teacher-forced rows, their target mask, and the target
-    tokens of all ranks' rows (every rank divides by it, so the summed gradients are one process's)."""
-
-    rows: torch.Tensor    # (R, T) right-padded [eos] + prompt + target + [eos]
-    target: torch.Tensor  # (R, T) True at the target tokens and the final EOS
-    tokens: float
-
-    @classmethod
-    def of(cls, tokenizer, samples: list[Sample], d: Dist, device: torch.device | str) -> Anchor:
-        from rookworld.sft import encode_samples, target_batch
-
-        rows, target = target_batch(encode_samples(tokenizer, samples), tokenizer.eos_id)
-        return cls(rows[d.rank::d.world].to(device), target[d.rank::d.world].to(device), float(target.sum()))
-
-    def term(self, policy, reference, mode: str, kl_direction: str) -> torch.Tensor:
-        """This rank's share of the rows' mean per target token (summed over ranks, one process's mean): the NLL of
-        the stored targets, or (mode 'kl') the full-vocabulary KL between the policy and the reference, which is
-        0 with a 0 gradient until the policy moves."""
-        from rookworld.model import token_logprobs
-        from rookworld.sft import batch_nll
-
-        if mode == "kl":
-            summed = token_logprobs(policy, self.rows, self.target, reference=reference, kl=True,
-                                    kl_direction=kl_direction).kl.sum()
-        else:
-            summed = batch_nll(policy, self.rows, self.target).sum()
-        return summed / max(self.tokens, 1.0)
-
-
 def load_reference(cfg: TrainConfig, gcfg: grpo.GRPOConfig, device: str):
     """The frozen starting model the KL terms measure against, on --ref-device (None with beta 0)."""
     from rookworld.hub import load_model, resolve_default_model
 
-    anchor_kl = bool(cfg.anchor_rows) and cfg.anchor_mode == "kl"
     if gcfg.beta <= 0:
-        if anchor_kl:
-            raise UserError("--anchor-mode kl holds the policy to the reference model, which --beta 0 does not "
-                            "load: give --beta > 0 or another --anchor-mode")
         return None
     ref_device = cfg.ref_device or device
-    if (gcfg.kl_estimator == "full" or anchor_kl) and ref_device != device:
-        raise UserError("--kl-estimator full and --anchor-mode kl need the reference on the policy's device; "
-                        "drop --ref-device")
+    if gcfg.kl_estimator == "full" and ref_device != device:
+        raise UserError("--kl-estimator full needs the reference on the policy's device; drop --ref-device")
     reference, _ = load_model(cfg.model or str(resolve_default_model()), device=ref_device)
     return reference.requires_grad_(False)
 
@@ -462,183 +59,7 @@ def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
     """The sampler of the GRPO prompts."""
     from rookworld.data.batches import TaskSampler
 
-    return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed,
-                       a_cases=cfg.a_cases, p_pool=cfg.p_pool, p_cases=cfg.p_cases)
-
-
-def anchor_kind_sampler(cfg: TrainConfig, train_samples: list[Sample], seed_offset: int):
-    """A sampler of training rows of the anchor's kind (anchor_tasks, anchor_cases), seeded at the run's seed
-    plus `seed_offset`."""
-    from rookworld.data.batches import TaskSampler
-
-    return TaskSampler(train_samples, p_fraction=ANCHOR_SHARES[cfg.anchor_tasks], seed=cfg.seed + seed_offset,
-                       a_cases=cfg.anchor_cases)
-
-
-def make_anchor_sampler(cfg: TrainConfig, train_samples: list[Sample]):
-    """The sampler of the anchor rows (None when cfg.anchor_rows is 0)."""
-    return anchor_kind_sampler(cfg, train_samples, ANCHOR_SEED_OFFSET) if cfg.anchor_rows else None
-
-
-def consolidate(model, tokenizer, cfg: TrainConfig, train_samples: list[Sample], d: Dist) -> dict[str, float]:
-    """cfg.consolidate_steps supervised steps of `model` (in place) on the stored targets of rows drawn as the
-    anchor's, seeded apart from the batches and the anchor; the mean target NLL of the first and of the last
-    quarter of the steps' rows (each step's rows before its update: one batch alone is mostly its rows' noise)."""
-    sampler = anchor_kind_sampler(cfg, train_samples, CONSOLIDATE_SEED_OFFSET)
-    optimizer = training.make_optimizer(model, replace(cfg, lr=cfg.consolidate_lr, weight_decay=0.0))
-    device = model.wte.weight.device
-    nll = []
-    for _ in range(cfg.consolidate_steps):
-        model.zero_grad(set_to_none=True)
-        term = Anchor.of(tokenizer, sampler.next(cfg.consolidate_rows), d, device).term(model, None, "loss", "")
-        term.backward()
-        nll.append(all_sum([float(term.detach())], d)[0])
-        _summed_grads(model, d)
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-    model.zero_grad(set_to_none=True)
-    quarter = max(1, len(nll) // 4)
-    return {"consolidate/nll_first": sum(nll[:quarter]) / quarter,
-            "consolidate/nll_last": sum(nll[-quarter:]) / quarter}
-
-
-def _summed_grads(policy, d: Dist) -> list[torch.Tensor]:
-    """The trainable parameters' gradients, summed over ranks in place (zeros for those that got none)."""
-    trainable = [p for p in policy.parameters() if p.requires_grad]
-    for p in trainable:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    grads = [p.grad for p in trainable]
-    if d.world > 1:
-        import torch.distributed as dist
-
-        for g in grads:
-            dist.all_reduce(g)
-    return grads
-
-
-def policy_update(policy, reference, optimizer, batch: Batch | None, gcfg: grpo.GRPOConfig, cfg: TrainConfig,
-                  beta: float, max_completion: int, d: Dist, anchor: Anchor | None = None,
-                  lora: LoRA | None = None) -> dict[str, float]:
-    """cfg.num_iterations optimizer steps on one batch; returns summed loss parts and token means.
-
-    `batch` None: this rank has no group to learn from this step; it still joins the all-reduces.
-    Log-probs (policy, old, reference) are taken at each row's sampling temperature. `anchor` adds
-    cfg.anchor_coef times the anchor rows' mean target-token NLL to every optimizer step (`anchor/nll`), or with
-    cfg.anchor_mode "kl" their mean full-vocabulary KL from the reference (`anchor/kl`), or with "project"
-    removes from the GRPO gradient its component against that NLL's gradient
-    (`anchor/cos`: their cosine before; `anchor/projected`: the share of optimizer steps that were projected).
-    `update/applied` is 1 when the optimizer stepped, 0 when no rank had a group or the gradient was not finite.
-    With `lora` the optimizer steps its adapters, whose gradients come from the policy's (lora.py).
-    """
-    from rookworld.model import token_logprobs
-
-    needs_ref = beta > 0 and reference is not None
-    full_kl = gcfg.kl_estimator == "full"
-    device = policy.wte.weight.device
-    # the fast path's update: bf16 matmuls, fp32 master weights, log-softmax in fp32 (token_logprobs)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=fast_path(cfg.fast_decode, str(device)))
-    local_norm = (0.0 if gcfg.aggregation == "bnpo" or batch is None else
-                  grpo.global_normalizer(batch.completion_mask, gcfg, truncated=~batch.finished,
-                                         max_completion_length=max_completion))
-    total_norm, total_micro = all_sum([local_norm, 0.0 if batch is None else
-                                       math.ceil(len(batch.advantages) / cfg.micro_batch_size)], d)
-    if total_micro == 0:  # the anchor alone does not make a step: it guards GRPO updates, it is not one
-        return {"grad_norm": 0.0, "guard/nonfinite": 0.0, "update/applied": 0.0}
-    normalizer = None if gcfg.aggregation == "bnpo" else max(total_norm, 1.0)
-    # bnpo normalises each micro-batch by its own tokens: its rows stay in batch order
-    micro = [] if batch is None else list(batch.micro_batches(cfg.micro_batch_size,
-                                                              by_length=gcfg.aggregation != "bnpo"))
-    scale = 1.0 / total_micro if gcfg.aggregation == "bnpo" else 1.0
-
-    # Reference log-probs, once per batch, without gradients. The old (sampling) policy's are the ones
-    # generation returned: they equal a recomputation at the same temperature to float rounding (tested).
-    ref = []
-    with torch.no_grad(), autocast:
-        for mb in micro:
-            if needs_ref and not full_kl:
-                ref_dev = reference.wte.weight.device
-                ref.append(token_logprobs(reference, mb.completions.to(ref_dev), mb.completion_mask.to(ref_dev),
-                                          prompts=mb.prompts.to(ref_dev),
-                                          temperature=mb.temperature.to(ref_dev)).logp.to(device))
-            else:
-                ref.append(None)
-
-    totals = dict.fromkeys(SUMMED_STATS + TOKEN_MEAN_STATS, 0.0)  # token means as token-weighted sums
-    tokens_seen = 0.0
-    ratio_max = 0.0  # over the micro-batches and iterations
-    grad_norm = 0.0
-    anchor_term = anchor_cos = anchor_projected = 0.0
-    project = anchor is not None and cfg.anchor_mode == "project"
-    stepped = [p for group in optimizer.param_groups for p in group["params"]]
-    for _ in range(cfg.num_iterations):
-        policy.zero_grad(set_to_none=True)  # all the optimizer steps: the policy's, or LoRA's (assigned, never summed)
-        if anchor is not None and len(anchor.rows):
-            with autocast:
-                term = anchor.term(policy, reference, cfg.anchor_mode, gcfg.kl_direction)
-            (term if project else cfg.anchor_coef * term).backward()
-            anchor_term += float(term.detach()) / cfg.num_iterations
-        if project:  # the anchor's own gradient, kept aside (set_to_none detaches it, no copy): GRPO's is projected
-            anchor_grads = _summed_grads(policy, d)
-            policy.zero_grad(set_to_none=True)
-        for mb, ref_logp in zip(micro, ref):
-            mask = mb.completion_mask
-            with autocast:
-                tl = token_logprobs(policy, mb.completions, mask, prompts=mb.prompts, entropy=True,
-                                    temperature=mb.temperature, reference=reference if needs_ref and full_kl else None,
-                                    kl=needs_ref and full_kl, kl_direction=gcfg.kl_direction)
-            old_logp = mb.logprobs if cfg.num_iterations > 1 else tl.logp.detach()  # one pass: ratio 1
-            loss, stats = grpo.loss(tl.logp, old_logp,
-                                    ref_logp if needs_ref else None, mb.advantages, mask, gcfg, beta=beta,
-                                    kl_per_token=tl.kl if needs_ref and full_kl else None,
-                                    entropy=tl.entropy, truncated=~mb.finished, normalizer=normalizer,
-                                    max_completion_length=max_completion,
-                                    kl_weight=torch.where(mb.task_a, gcfg.beta_a_scale, 1.0))
-            (loss * scale).backward()
-            tokens = float(mask.sum())
-            tokens_seen += tokens
-            for key in SUMMED_STATS:
-                totals[key] += stats[key] * scale
-            for key in TOKEN_MEAN_STATS:
-                totals[key] += stats.get(key, 0.0) * tokens
-            ratio_max = max(ratio_max, stats["ratio/max"])
-        grads = _summed_grads(policy, d)
-        if project:
-            cos = grpo.project_conflict(grads, anchor_grads)
-            anchor_cos += cos / cfg.num_iterations
-            anchor_projected += float(cos < 0) / cfg.num_iterations
-        if lora is not None:
-            grads = lora.take_grads()
-        grad_norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
-        if not math.isfinite(grad_norm):  # summed over ranks: every rank skips together
-            policy.zero_grad(set_to_none=True)
-            return {"grad_norm": grad_norm, "guard/nonfinite": 1.0, "update/applied": 0.0}
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(stepped, cfg.grad_clip)
-        optimizer.step()
-        if lora is not None:
-            lora.write()
-    # Sums over ranks, so every rank sees the same numbers (the rollback decision must agree).
-    keys = SUMMED_STATS + TOKEN_MEAN_STATS
-    *summed, tokens_seen = all_sum([totals[k] for k in keys] + [tokens_seen], d)
-    result = {k: v / cfg.num_iterations for k, v in zip(keys, summed)}
-    for key in TOKEN_MEAN_STATS:
-        result[key] /= max(tokens_seen / cfg.num_iterations, 1.0)
-    result["ratio/max"] = max(all_gather_objects(ratio_max, d))
-    if not needs_ref:
-        del result["kl/mean"]
-    terms = [abs(result.get(k, 0.0)) for k in ("pg_loss", "kl_loss", "entropy_loss")]
-    result["kl_share"] = terms[1] / sum(terms) if sum(terms) > 0 else 0.0
-    result["grad_norm"] = grad_norm
-    if anchor is not None:
-        result["anchor/kl" if cfg.anchor_mode == "kl" else "anchor/nll"] = all_sum([anchor_term], d)[0]
-    if project:  # from the summed gradients: the same on every rank
-        result["anchor/cos"] = anchor_cos
-        result["anchor/projected"] = anchor_projected
-    result["guard/nonfinite"] = 0.0
-    result["update/applied"] = 1.0
-    return result
+    return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
 
 
 # ---------------------------------------------------------------- state
@@ -653,12 +74,11 @@ class RunState:
     rollbacks: int = 0
     skipped_steps: int = 0
     reward_history: list[float] = field(default_factory=list)
-    consolidated: bool = False  # the weights have had --consolidate-steps: no GRPO policy to continue
 
 
 def snapshot(policy, optimizer, beta_ctl: grpo.BetaController, parts: dict[str, Any]) -> dict[str, Any]:
     """In-memory copy of the last good state, restored by a rollback; `parts`: the run's optional stateful
-    pieces by name (the ema baseline, LoRA adapters, the weight average), None where off."""
+    pieces by name (the ema baseline), None where off."""
     return {"policy": copy.deepcopy(policy.state_dict()), "optimizer": copy.deepcopy(optimizer.state_dict()),
             "beta": beta_ctl.state_dict(),
             **{name: None if part is None else copy.deepcopy(part.state_dict()) for name, part in parts.items()}}
@@ -673,51 +93,22 @@ def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaControll
             part.load_state_dict(copy.deepcopy(snap[name]))  # a snapshot may be restored more than once
 
 
-def check_resumable(saved: dict[str, Any], resume_dir: Path, cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> None:
+def check_resumable(saved: dict[str, Any], resume_dir: Path, gcfg: grpo.GRPOConfig) -> None:
     """Refuse, before any work, a checkpoint that this config cannot continue as one uninterrupted run of it
-    would go: one saved with other parts (LoRA adapters, an ema baseline, an anchor sampler, a weight average),
-    one whose weights are consolidated, or one whose weight average a run of cfg.steps
-    would have begun at another step."""
-    own = "; resume with that run's own config.json"
-    if (cfg.lora_rank == 0) != (saved.get("lora") is None):
-        saved_with, wanted = ("without", "with") if cfg.lora_rank else ("with", "without")
-        raise UserError(f"{resume_dir} was saved by a run {saved_with} LoRA adapters (--lora-rank) and cannot "
-                        f"continue {wanted} them{own}")
-    if gcfg.uses("ema") and saved.get("baseline") is None:
-        raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without --baseline ema{own}")
-    if cfg.anchor_rows and saved.get("anchor") is None:
-        raise UserError(f"{resume_dir} holds no anchor sampler state: it was saved by a run without --anchor-rows{own}")
-    if (cfg.average_last == 0) != (saved.get("average") is None):
-        saved_with, wanted = ("without", "with") if cfg.average_last else ("with", "without")
-        raise UserError(f"{resume_dir} was saved by a run {saved_with} --average-last and cannot continue {wanted} "
-                        f"it{own}")
-    if saved["run"].get("consolidated"):
-        raise UserError(f"--steps {cfg.steps}: {resume_dir} holds the weights its --consolidate-steps changed after "
-                        f"the last GRPO step, not a policy to continue; start a new run with --model {resume_dir}")
-    if cfg.average_last:
-        from rookworld.hub import read_metadata
-
-        was = read_metadata(resume_dir).get("train", {})  # the config that saved the checkpoint
-        before = replace(cfg, steps=was.get("steps", cfg.steps), average_last=was.get("average_last", cfg.average_last))
-        starts = average_start(before), average_start(cfg)
-        if starts[0] != starts[1] and saved["step"] >= min(starts):
-            raise UserError(f"--steps {cfg.steps} --average-last {cfg.average_last}: the weight average would begin "
-                            f"at step {starts[1]}, where that of {resume_dir} begins at step {starts[0]} (--steps "
-                            f"{before.steps} --average-last {before.average_last}) and it is at step {saved['step']}; "
-                            f"resume with those, or start a new run with --model {resume_dir}")
+    would go: one saved without the ema baseline this config needs."""
+    if gcfg.baseline == "ema" and saved.get("baseline") is None:
+        raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without --baseline ema; "
+                        "resume with that run's own config.json")
 
 
 def load_run(saved: dict[str, Any], policy, optimizer, cfg: TrainConfig, parts: dict[str, Any]) -> RunState:
     """A checkpoint's saved state (checked by check_resumable) put into a run's pieces: `parts` by their names in
-    the checkpoint (None: this config has none; LoRA first, the adapters and the frozen weights they add to), the
-    optimizer's moments with this config's AdamW settings, and the policy's own weights where the model files hold
-    a weight average; returns the run's counters."""
+    the checkpoint (None: this config has none) and the optimizer's moments with this config's AdamW settings;
+    returns the run's counters."""
     for name, part in parts.items():
         if part is not None:
             part.load_state_dict(saved[name])
     training.load_optimizer(optimizer, saved["optimizer"], cfg)
-    if saved.get("policy") is not None:
-        policy.load_state_dict(saved["policy"])
     return RunState(**saved["run"])
 
 
@@ -747,42 +138,20 @@ def runaway_reason(cfg: TrainConfig, metrics: dict[str, float], state: RunState)
     return None
 
 
+def count_rollback(cfg: TrainConfig, state: RunState) -> bool:
+    """A rollback's counters: one more rollback, the learning rate backed off, the reward history cleared;
+    whether the run must stop (more than max_rollbacks)."""
+    state.rollbacks += 1
+    state.lr_scale *= cfg.lr_backoff
+    state.reward_history.clear()
+    return state.rollbacks > cfg.max_rollbacks
+
+
 class TrainingStopped(UserError):
     """The run cannot continue (e.g. too many rollbacks); the last good checkpoint is on disk."""
 
 
 # ---------------------------------------------------------------- main
-
-
-def step_metrics(summaries: list[GroupSummary], adv: grpo.Advantages) -> dict[str, float]:
-    """Reward and completion statistics of all the step's groups, every rank's (P/A split, components)."""
-    out: dict[str, float] = {}
-    flat = [r for s in summaries for r in s.rewards]
-    out["reward/mean"] = sum(flat) / len(flat)
-    out["reward/std"] = float(np.std(flat))
-    out["frac_zero_std"] = adv.frac_zero_std
-    out["adv/mean"] = float(adv.values.mean())
-    out["adv/std"] = float(adv.values.std(correction=0))
-    out["adv/abs_max"] = float(adv.values.abs().max())
-    by_task: dict[str, list[float]] = {}
-    components: dict[str, list[float]] = {}
-    lengths, truncated = [], []
-    for s in summaries:
-        by_task.setdefault(s.task, []).extend(s.rewards)
-        for comp in s.components:
-            for name, value in comp.items():
-                components.setdefault(f"reward/{s.task}/{name}", []).append(value)
-        if s.greedy_reward is not None:
-            components.setdefault(f"reward/{s.task}/greedy", []).append(s.greedy_reward)
-        lengths.extend(s.lengths)
-        truncated.extend(s.truncated)
-    for task, values in by_task.items():
-        out[f"reward/{task}"] = sum(values) / len(values)
-    out.update({k: sum(v) / len(v) for k, v in components.items()})
-    out["completion/len_mean"] = sum(lengths) / len(lengths)
-    out["completion/len_max"] = float(max(lengths))
-    out["completion/truncated_frac"] = sum(truncated) / len(truncated)
-    return out
 
 
 def sample_rows(groups: list[Group | None], count: int, d: Dist) -> list[dict[str, Any]]:
@@ -802,19 +171,28 @@ def load_data(cfg: TrainConfig):
     return train, evals
 
 
+def eval_plan(cfg: TrainConfig, eval_samples: list[Sample]) -> dict[str, tuple[EvalConfig, list[Sample]]]:
+    """Each periodic evaluation's metric prefix, settings and samples: greedy, then (with eval_draws) sampled at a
+    fixed seed, so that every eval of every run draws the same random stream."""
+    from rookworld.data.batches import balanced_subset
+
+    evals = {"eval/": (EvalConfig(batch_size=64, self_play=cfg.eval_self_play, draft_a=cfg.draft_a), eval_samples)}
+    if cfg.eval_draws:
+        sampled = EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature,
+                             draft_a=cfg.draft_a)
+        evals["eval/sampled/"] = (sampled, balanced_subset(eval_samples, cfg.eval_sampled_limit))
+    return evals
+
+
 def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
          rcfg: RewardConfig | None = None) -> Path:
     """Run GRPO with the reward `rcfg` (default: RewardConfig()); returns the run directory. Held-out
     evaluation scores with the default reward, so runs with different rewards compare on one scale."""
-    from rookworld.data.batches import balanced_subset
     from rookworld.hub import load_model, resolve_default_model, save_model
     from rookworld.log import EVAL_FILE, Progress, RunLogger, eval_change, eval_line, read_records
     from rookworld.runtime import pick_device
     from rookworld.stockfish import StockfishPool
 
-    if cfg.p_choice and gcfg.credit == "field":
-        raise UserError("--p-choice and --credit field cannot be combined: a choice group's completion is its B: "
-                        "move alone; use --credit sequence")
     d, device = init_distributed(pick_device(cfg.device, cfg.threads))
     torch.manual_seed(cfg.seed)
     rcfg = rcfg or RewardConfig()
@@ -825,7 +203,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         out = Path(resume)
         resume_dir = training.resume_checkpoint(resume, cfg)
         saved = checkpoint.load_state(resume_dir)
-        check_resumable(saved, resume_dir, cfg, gcfg)
+        check_resumable(saved, resume_dir, gcfg)
     note = inactive_kl_guard(cfg, gcfg)
     if note and d.main:
         print(note, file=sys.stderr)
@@ -836,40 +214,32 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     reference = load_reference(cfg, gcfg, device)
 
     train_samples, eval_samples = load_data(cfg)
-    limits = completion_limits(cfg, tokenizer, train_samples, policy.config.n_positions)
-    max_completion = max(limits.values())
+    limits = completion_limits({"P": cfg.max_new_tokens_p, "A": cfg.max_new_tokens_a}, tokenizer, train_samples,
+                               policy.config.n_positions)
+    rollout_cfg = rollout_config(cfg, rcfg, limits, d)
     sampler = batch_sampler(cfg, train_samples)
-    anchor_sampler = make_anchor_sampler(cfg, train_samples)
-    optimizer, lora = learner(policy, cfg)
+    optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)
-    average = weight_average(policy, cfg)
-    parts = {"baseline": ema, "lora": lora, "average": average}
+    parts = {"baseline": ema}
     state = RunState()
     if saved is not None:
         if d.main:
             checkpoint.clear_debris(out)
-        state = load_run(saved, policy, optimizer, cfg, {"lora": lora, "sampler": sampler, "beta": beta_ctl,
-                                                         "baseline": ema, "anchor": anchor_sampler, "average": average})
+        state = load_run(saved, policy, optimizer, cfg, {"sampler": sampler, "beta": beta_ctl, "baseline": ema})
     set_lr(optimizer, cfg, state)
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
-    # greedy, then (optionally) sampled at a fixed seed: every eval of every run draws the same random stream
-    evals = {"eval/": (EvalConfig(batch_size=64, self_play=cfg.eval_self_play, draft_a=cfg.draft_a), eval_samples)}
-    if cfg.eval_draws:
-        sampled = EvalConfig(batch_size=64, samples=cfg.eval_draws, temperature=cfg.eval_temperature,
-                             draft_a=cfg.draft_a)
-        evals["eval/sampled/"] = (sampled, balanced_subset(eval_samples, cfg.eval_sampled_limit))
+    evals = eval_plan(cfg, eval_samples)
 
     first_values: dict[str, Values] = {}  # each eval set's values at step 0, when this process evaluated it
 
     def held_out(step: int, pool) -> dict[str, float]:
-        model = exported(policy, average)
         if decoder is not None:
-            decoder.sync(model)
+            decoder.sync(policy)
         found = {}
         for prefix, (eval_cfg, samples) in evals.items():
-            result, values = model_values(model, tokenizer, samples, eval_cfg, pool, decoder)
+            result, values = model_values(policy, tokenizer, samples, eval_cfg, pool, decoder)
             if step == 0:
                 first_values[prefix] = values
             elif prefix in first_values:  # the paired change since step 0 (a resumed run has no step-0 values)
@@ -882,19 +252,14 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     run_config = {"train": asdict(cfg), "grpo": asdict(gcfg), "reward": asdict(rcfg)}
 
     def write_model(directory: Path) -> None:
-        save_model(exported(policy, average), tokenizer, directory,
+        save_model(policy, tokenizer, directory,
                    metadata={"trained_with": "rookworld train", **run_config})
 
     def save_checkpoint(metrics: dict[str, float] | None = None) -> None:
         if d.main:
             checkpoint.save(out, state.step, {"optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
                                               "beta": beta_ctl.state_dict(), "run": asdict(state),
-                                              "baseline": None if ema is None else ema.state_dict(),
-                                              "anchor": None if anchor_sampler is None else
-                                              anchor_sampler.state_dict(),
-                                              "lora": None if lora is None else lora.state_dict(),
-                                              "average": None if average is None else average.state_dict(),
-                                              "policy": None if average is None else policy.state_dict()},
+                                              "baseline": None if ema is None else ema.state_dict()},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
@@ -907,61 +272,29 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         while state.step < cfg.steps:
             t0 = time.perf_counter()
             samples = fixed_batch or sampler.next(cfg.batch_size)
-            timings: dict[str, float] = {}
-            if decoder is not None:
-                decoder.sync(policy)
-            groups, summaries = collect(policy, tokenizer, sampler, samples, cfg, limits, state.step, pool, d, timings,
-                                        rcfg, decoder, gcfg.uses("greedy"))
-            adv = step_advantages(summaries, gcfg, ema)
-            learn = learning_groups(groups, adv, cfg)
-            metrics = step_metrics(summaries, adv)
-            if ema is not None:
-                metrics.update({f"baseline/{task}": mean for task, mean in ema.means.items()})
-            if rcfg.reward_warmup_steps:
-                metrics.update({f"reward_weight/{task}/{name}": w for task, weights in
-                                weights_at(rcfg, state.step).items() for name, w in weights.items()})
             beta = beta_ctl.beta
-            t1 = time.perf_counter()
-            batch = Batch.of([groups[i] for i in learn], group_advantages(
-                groups, learn, summaries, adv, gcfg, weights_at(rcfg, state.step)["P"], tokenizer, device)) \
-                if learn else None
-            # every rank draws the same rows and learns its share of them, as the batch's groups
-            anchor = (Anchor.of(tokenizer, anchor_sampler.next(cfg.anchor_rows), d, device)
-                      if anchor_sampler is not None else None)
-            update = policy_update(policy, reference, optimizer, batch, gcfg, cfg, beta, max_completion, d, anchor,
-                                   lora)
-            metrics.update(update)
-            if update["guard/nonfinite"]:
+            groups, metrics = take_step(policy, reference, optimizer, tokenizer, sampler, samples, cfg, gcfg,
+                                        rollout_cfg, state.step, beta, ema, pool, d, decoder)
+            if metrics["guard/nonfinite"]:
                 state.skipped_steps += 1
             state.reward_history.append(metrics["reward/mean"])
             reason = runaway_reason(cfg, metrics, state)
             stop = None
             if reason is not None:
                 restore(good, policy, optimizer, beta_ctl, parts)
-                state.rollbacks += 1
-                state.lr_scale *= cfg.lr_backoff
-                state.reward_history.clear()
                 metrics["guard/rollback"] = 1.0
-                print(f"step {state.step + 1}: {reason}; rolled back to the last good state, lr x{state.lr_scale:g}")
-                if state.rollbacks > cfg.max_rollbacks:
+                print(f"step {state.step + 1}: {reason}; rolled back to the last good state, lr x"
+                      f"{state.lr_scale * cfg.lr_backoff:g}")
+                if count_rollback(cfg, state):
                     stop = TrainingStopped(f"{state.rollbacks} rollbacks ({reason}); the last good state is "
                                            f"saved in {out}/checkpoint-last. Lower --lr or raise --beta")
-            elif update["update/applied"]:  # a step that changed nothing says nothing about the KL
+            elif metrics["update/applied"]:  # a step that changed nothing says nothing about the KL
                 beta_ctl.update(metrics.get("kl/mean", 0.0))
             metrics["lr"] = optimizer.param_groups[0]["lr"]
             state.step += 1
-            if average is not None and reason is None and state.step >= average_start(cfg):
-                average.update_parameters(policy)
             set_lr(optimizer, cfg, state)
-            metrics.update({"beta": beta,
-                            "guard/skipped_steps": state.skipped_steps, "guard/rollbacks": state.rollbacks,
-                            **timings, "time/update": time.perf_counter() - t1,
-                            "time/step": time.perf_counter() - t0})
-            if stop is None and state.step == cfg.steps and cfg.consolidate_steps:  # outside the step's time
-                t2 = time.perf_counter()
-                metrics.update(consolidate(exported(policy, average), tokenizer, cfg, train_samples, d))
-                metrics["time/consolidate"] = time.perf_counter() - t2
-                state.consolidated = True
+            metrics.update({"beta": beta, "guard/skipped_steps": state.skipped_steps,
+                            "guard/rollbacks": state.rollbacks, "time/step": time.perf_counter() - t0})
             logger.log(state.step, metrics)
             logger.log_samples(state.step, sample_rows(groups, cfg.log_samples, d))
             if stop is not None:  # saved after its logs, as every step: a resumed run's logs go on without a gap
