@@ -109,7 +109,7 @@ def test_uci_offers_the_readout_as_an_option_and_plays_it(embedded):
     player = ModelPlayer(model, tokenizer, fallback="listed", votes=8)
     out = io.StringIO()
     serve(player, "test", io.StringIO("uci\nsetoption name Readout value first\nsetoption name Readout value x\n"
-                                      "position fen " + POSITIONS[1].fen() + "\ngo movetime 10\n"), out)
+                                      "position fen " + POSITIONS[1].fen() + "\ngo depth 1\n"), out)
     lines = out.getvalue().splitlines()
     assert "option name Readout type combo default b var b var first" in lines
     assert "info string ignored setoption Readout 'x': give one of b, first" in lines
