@@ -283,7 +283,7 @@ def test_split_is_for_data_not_predictions(tmp_path, capsys):
     assert cli.main(["eval", "--predictions", str(path), "--split", "all", "--processes", "1"]) == 2
     assert "--split" in capsys.readouterr().err
     assert cli.main(["eval", "--predictions", str(path), "--self-play", "2", "--processes", "1"]) == 2
-    assert "leave out --model, --split and --self-play" in capsys.readouterr().err
+    assert "leave out --model, --split, --self-play and --world-games" in capsys.readouterr().err
 
 
 @pytest.mark.stockfish
