@@ -127,6 +127,7 @@ def test_old_records_decode_as_before_and_ids_round_trip():
         assert store.encode(tagged, record.get("s")) == {**record, "g": "7-0-3"}
 
 
+@pytest.mark.integration
 def test_the_embedded_set_is_split_by_game_with_fresh_eval_games():
     from rookworld.data.sources import embedded_path, load_source
 

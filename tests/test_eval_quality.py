@@ -193,6 +193,7 @@ def test_paired_delta_is_the_mean_change_per_prompt_with_its_paired_se():
     assert metrics.is_statistic("P/acpl/delta/n")
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_eval_of_two_models_gives_the_second_its_paired_change(tmp_path, fixtures_dir, capsys):
     import torch
@@ -300,6 +301,7 @@ def test_fast_decode_false_decodes_as_on_cpu_and_true_needs_cuda(tmp_path, fixtu
     assert "--fast-decode true needs a CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_sampled_eval_flags_limit_and_markdown(tmp_path, fixtures_dir, capsys):
     data = tmp_path / "mine.txt"

@@ -277,6 +277,7 @@ def test_model_values_report_the_forced_choice_of_every_p_prompt():
     assert [bool(v.get("P/forced_choice")) for v in values.per_prompt] == [s.task == "P" for s in samples]
 
 
+@pytest.mark.integration
 def test_a_labels_as_drafts_give_the_same_greedy_completions(monkeypatch):
     """--draft-a (default true): eval decodes an A prompt from its label, which changes nothing greedy: the same
     completions as decoding every row, right and wrong ones alike, with a fraction of the rows decoded."""

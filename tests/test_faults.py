@@ -124,6 +124,7 @@ except UserError as error:
         f"saved yet: free some space, then start the run over with --out {run_dir}"]
 
 
+@pytest.mark.integration
 def test_full_disk_while_writing_a_model_outside_a_checkpoint_is_one_line(tmp_path):
     # `rookworld average --out` (as `sft --export`) writes a model of 4 MB to a 2 MB disk
     model = GPT(GPTConfig(vocab_size=250_000, n_positions=32, n_embd=4, n_layer=1, n_head=1))

@@ -390,6 +390,7 @@ def _match(tmp_path, name, max_plies, *flags):
     return results
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     flags = ["--opponent", "random", "--games", "2", "--max-plies", "8"]
@@ -416,6 +417,7 @@ def test_games_against_random_are_consistent_and_repeat_with_the_seed(tmp_path):
     assert drawn["draws"] == 2 and drawn["settings"]["adjudicate"] == 0
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_games_against_stockfish_skill_0(tmp_path):
     results, pgn = _play(tmp_path, "sf", "--opponent", "stockfish", "--skill", "0", "--depth", "1",
@@ -434,6 +436,7 @@ def test_a_model_that_never_moved_has_no_acpl(tmp_path, capsys):
     assert "acpl n/a, illegal rate 0.000" in capsys.readouterr().out
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_self_play_of_the_embedded_model_is_consistent_and_repeats_with_the_seed(tmp_path):
     flags = ["--opponent", "self", "--games", "2", "--max-plies", "14", "--seed", "1"]
@@ -463,6 +466,7 @@ def test_self_play_of_the_embedded_model_is_consistent_and_repeats_with_the_seed
     assert start["settings"]["opening_plies"] == 0 and game["legal_half_moves"] == game["plies"] > 0
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_random_openings_start_games_against_an_opponent(tmp_path):
     flags = ["--opponent", "random", "--games", "2", "--max-plies", "8", "--opening-plies", "3", "--seed", "2"]
@@ -477,6 +481,7 @@ def test_random_openings_start_games_against_an_opponent(tmp_path):
     assert [g["moves"][:3] for g in plain["per_game"]] != [g["moves"][:3] for g in results["per_game"]]
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_a_match_of_the_embedded_model_against_a_second_copy_of_itself(tmp_path):
     model = "src/rookworld/assets/model"
@@ -515,6 +520,7 @@ def _first_difference(run: dict, before: dict) -> tuple[dict, chess.Board, str, 
     return run["per_game"][k], board, run["per_game"][k]["moves"][ply], before["per_game"][k]["moves"][ply]
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_the_models_avoid_repetitions_only_where_they_would_repeat(tmp_path, capsys):
     flags = ["--opponent", "model", "--games", "4", "--max-plies", "24", "--seed", "0"]
@@ -544,6 +550,7 @@ def test_the_models_avoid_repetitions_only_where_they_would_repeat(tmp_path, cap
         assert all(g["moves"] != e["moves"] for g, e in zip(run["per_game"], before["per_game"]) if g[counted])
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_the_listed_fallback_plays_the_models_best_rated_legal_candidate(tmp_path):
     flags = ["--opponent", "model", "--games", "4", "--max-plies", "40", "--seed", "0"]
@@ -560,6 +567,7 @@ def test_the_listed_fallback_plays_the_models_best_rated_legal_candidate(tmp_pat
     assert best_listed(board, parsed) == chess.Move.from_uci(move) != chess.Move.from_uci(replaced)
 
 
+@pytest.mark.integration
 def test_a_voting_player_plays_the_vote_of_its_seeded_samples(one_thread):
     import torch
 
@@ -586,6 +594,7 @@ def test_a_voting_player_plays_the_vote_of_its_seeded_samples(one_thread):
         c.completion for c in greedy]  # one vote: the greedy completion, whatever the seed
 
 
+@pytest.mark.integration
 @pytest.mark.stockfish
 def test_games_with_votes_on_both_sides_and_in_self_play(tmp_path):
     flags = ["--opponent", "model", "--games", "2", "--max-plies", "12", "--seed", "1"]

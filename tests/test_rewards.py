@@ -373,6 +373,7 @@ FUZZ_EXAMPLES = 2_500  # x 4 strings each = 10,000 strings
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(piece=ODD_TEXT, base=st.sampled_from(REAL_P_COMPLETIONS + REAL_A_COMPLETIONS),
        cut=st.integers(0, 300), where=st.integers(0, 300), size=st.integers(1_000, 100_000))
+@pytest.mark.integration
 def test_any_string_gets_a_finite_reward_in_range(piece, base, cut, where, size):
     """Each example scores 4 strings: odd unicode text, that text spliced into a real completion, and
     both repeated to `size` characters (up to 100 kB); hypothesis makes the small parts, which is cheap."""

@@ -10,6 +10,7 @@ from rookworld.hub import resolve_default_model
 from rookworld.tokenizer import Tokenizer
 
 
+@pytest.mark.integration
 def test_default_completion_limits_must_fit_the_context_as_given_ones_do():
     cfg = train.TrainConfig(data="embedded", threads=1, processes=1)
     tokenizer, rows = Tokenizer.from_dir(resolve_default_model()), train.load_data(cfg)[0]
@@ -26,6 +27,7 @@ def test_default_completion_limits_must_fit_the_context_as_given_ones_do():
     assert rollout.completion_limits(fitting, tokenizer, samples, context) == {"P": 8, "A": defaults["A"] - 1}
 
 
+@pytest.mark.integration
 def test_the_longest_prompt_is_bounded_by_its_bytes_only_where_the_bound_leaves_room():
     tokenizer = Tokenizer.from_dir(resolve_default_model())
     samples = train.load_data(train.TrainConfig(data="embedded", threads=1, processes=1))[0][:500]

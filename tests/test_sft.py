@@ -198,6 +198,7 @@ def test_resume_takes_the_adamw_flags_given_and_refuses_steps_already_taken(data
     assert decayed["betas"] == plain["betas"] == (0.5, 0.9)
 
 
+@pytest.mark.integration
 def test_best_metric_where_lower_is_better_keeps_the_lowest(data_file, tmp_path):
     from rookworld.hub import resolve_default_model
 

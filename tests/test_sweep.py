@@ -174,6 +174,7 @@ def test_bad_commands_fail_before_any_trial(tmp_path, capsys, flags, message):
 # ---------------------------------------------------------------- real sweeps
 
 
+@pytest.mark.integration
 def test_sweep_writes_trials_summary_and_plot_and_resumes(tiny, tmp_path, capsys):
     out = tmp_path / "sweep"
     space = space_file(tmp_path, "lr = { low = 1e-5, high = 1e-3, log = true }\nzero_std = { choices = "

@@ -533,6 +533,7 @@ def test_held_out_eval_is_greedy_and_sampled_and_leaves_training_unchanged(tiny_
     assert all(torch.equal(a[k], b[k]) for k in a)  # evaluation draws from its own random stream
 
 
+@pytest.mark.integration
 def test_periodic_eval_is_half_p_half_a_drawn_from_the_whole_split(tiny_run_inputs, tmp_path):
     model_dir, data = tiny_run_inputs
     _, evals = train.load_data(tiny_config(model_dir, "embedded", tmp_path / "run", eval_every=1, eval_limit=8))

@@ -161,6 +161,7 @@ def test_the_embedded_model_plays_on_in_its_own_world_after_a_divergence(one_thr
     assert played[0].world.first() is None and played[0].world.plies_to_divergence() == 7  # censored
 
 
+@pytest.mark.integration
 def test_play_world_model_reports_the_divergence_in_json_and_pgn(tmp_path, capsys):
     out, pgn = tmp_path / "world.json", tmp_path / "world.pgn"
     flags = ["play", "--world", "model", "--opponent", "self", "--games", "2", "--max-plies", "11", "--seed", "0",

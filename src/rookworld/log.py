@@ -19,6 +19,7 @@ import json
 import math
 import numbers
 import os
+import shutil
 import sys
 import threading
 import time
@@ -150,7 +151,7 @@ class RunLogger:
             elif found:
                 print(f"{self.out_dir}: its run saved no checkpoint to resume; starting it over (its logs are "
                       "replaced)", file=sys.stderr)
-                purge_step = 0
+                shutil.rmtree(self.out_dir / TENSORBOARD_DIR, ignore_errors=True)
             config_values = _config_dict(config)
             _write_json_atomic(self.out_dir / CONFIG_FILE, config_values)
             mode = "w" if resume_step is None else "a"  # a new run replaces what start_over allowed
