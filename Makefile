@@ -35,9 +35,10 @@ train: setup
 test: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-# The long end-to-end runs and the slow tests.
+# The long end-to-end runs (games, sweeps, train runs beyond one per command). The `slow` tests (kills mid-save,
+# full disks, the 124M-shape parity) run apart: `.venv/bin/python -m pytest -m slow`.
 test-integration: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m 'integration or slow' $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: setup
 	$(BIN)/ruff check .
