@@ -44,10 +44,7 @@ class RelabelConfig:
                                                           "PATH or /usr/games/stockfish"})
 
     def __post_init__(self) -> None:
-        if not self.data or not self.out:
-            raise ValueError("--data DIR and --out DIR are required")
-        if Path(self.data).resolve() == Path(self.out).resolve():
-            raise ValueError("--out must differ from --data: the source stays as it is")
+        check_copy_paths(self.data, self.out)
         label_limit(self.depth, self.nodes)
 
     @property
@@ -69,6 +66,14 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             raise UserError(f"{where}: {row.reason}; generate the source again")
         records.append(row)
     return records
+
+
+def check_copy_paths(data: str, out: str) -> None:
+    """--data and --out of a command that writes a changed copy of generated data: both given, and apart."""
+    if not data or not out:
+        raise ValueError("--data DIR and --out DIR are required")
+    if Path(data).resolve() == Path(out).resolve():
+        raise ValueError("--out must differ from --data: the source stays as it is")
 
 
 def position_permutation(fen: str, n: int) -> list[int]:

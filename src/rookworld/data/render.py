@@ -17,7 +17,7 @@ from typing import Any
 from rookworld.data import store
 from rookworld.data.generate import MANIFEST
 from rookworld.data.record import ORDERS
-from rookworld.data.relabel import position_permutation, read_records, read_source
+from rookworld.data.relabel import check_copy_paths, position_permutation, read_records, read_source
 from rookworld.errors import UserError
 from rookworld.fsutil import output_dir
 
@@ -31,10 +31,7 @@ class RenderConfig:
                                                         "best-first (the engine's ranking) or shuffled"})
 
     def __post_init__(self) -> None:
-        if not self.data or not self.out:
-            raise ValueError("--data DIR and --out DIR are required")
-        if Path(self.data).resolve() == Path(self.out).resolve():
-            raise ValueError("--out must differ from --data: the source stays as it is")
+        check_copy_paths(self.data, self.out)
         if self.order not in ORDERS:
             raise ValueError(f"--order {self.order!r}: choose one of {', '.join(ORDERS)}")
 
