@@ -38,7 +38,8 @@ VARIANTS: dict[str, tuple[dict, object]] = {
     # TrainConfig (the base is the tiny model and data: `model` is compared with the embedded model, `data` with
     # the same rows in another order)
     "model": ({}, None), "data": ({}, "rows reversed"), "out": ({}, "elsewhere"), "steps": ({}, 7), "seed": ({}, 1),
-    "batch_size": ({}, 5), "group_size": ({}, 3), "p_fraction": ({}, 0.25), "rollout_chunk": ({}, 2),
+    "batch_size": ({}, 5), "group_size": ({}, 3), "p_fraction": ({}, 0.25), "a_source": ({}, "mix"),
+    "rollout_chunk": ({}, 2),
     "micro_batch_size": ({}, 3), "num_iterations": ({}, 2), "temperature_p": ({}, 0.7), "temperature_a": ({}, 0.7),
     "top_p_p": ({}, 0.9), "top_p_a": ({}, 0.9), "max_new_tokens_p": ({}, 20), "max_new_tokens_a": ({}, 20),
     "lr": ({}, 1e-3), "lr_schedule": ({}, "cosine"), "min_lr_ratio": ({"lr_schedule": "cosine"}, 0.5),
@@ -46,7 +47,8 @@ VARIANTS: dict[str, tuple[dict, object]] = {
     "grad_clip": ({}, 1e-9), "zero_std": ({}, "keep"), "resample_rounds": ({}, 0), "draft_a": ({}, False),
     "kl_max": ({}, 0.1), "reward_drop": ({}, 0.1), "lr_backoff": ({}, 0.25), "max_rollbacks": ({}, 1),
     "eval_every": ({}, 2), "eval_limit": ({}, 1), "eval_draws": ({}, 0), "eval_sampled_limit": ({}, 1),
-    "eval_temperature": ({}, 0.5), "eval_self_play": ({}, 0), "checkpoint_every": ({}, 2), "keep_last": ({}, 0),
+    "eval_temperature": ({}, 0.5), "eval_self_play": ({}, 0), "eval_world_games": ({}, 1),
+    "checkpoint_every": ({}, 2), "keep_last": ({}, 0),
     "overfit_single_batch": ({}, True), "device": ({}, "cpu:0"), "threads": ({}, default_cpu_threads() + 1),
     "ref_device": ({"kl_estimator": "full"}, "meta"), "fast_decode": ({}, True),
     "processes": ({}, (os.cpu_count() or 1) + 1), "engine_rewards": ({}, False), "p_truth": ({}, "engine"),
@@ -121,7 +123,10 @@ def rollout(cfg, gcfg, rcfg):
 
 
 def prompts(cfg, gcfg, rcfg):
-    return [s.prompt for s in train.batch_sampler(cfg, _data(cfg.data, 1, 0)[0]).next(cfg.batch_size)]
+    policy, tokenizer = _model(cfg.model)
+    settings = step.rollout_config(cfg, rcfg, _limits(cfg), Dist())
+    sampler = train.batch_sampler(cfg, _data(cfg.data, 1, 0)[0], policy, tokenizer, settings, Dist())
+    return [s.prompt for s in sampler.next(cfg.batch_size)]
 
 
 def rewards(cfg, gcfg, rcfg):

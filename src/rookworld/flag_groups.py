@@ -12,7 +12,7 @@ from __future__ import annotations
 # DAPO, Dr. GRPO, TRL's GRPOTrainer), the guards, evaluation, checkpoints and logging, and hardware.
 TRAIN: dict[str, list[str]] = {
     "the default run's knobs: model and data": ["model", "data", "seed", "steps", "batch_size", "group_size",
-                                                "p_fraction"],
+                                                "p_fraction", "a_source"],
     "the default run's knobs: sampling": ["temperature_p", "temperature_a", "top_p_p", "top_p_a", "max_new_tokens_p",
                                           "max_new_tokens_a", "zero_std", "resample_rounds", "draft_a"],
     "the default run's knobs: optimisation": ["lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip"],
@@ -28,7 +28,8 @@ TRAIN: dict[str, list[str]] = {
         "beta_ramp_steps", "kl_target", "kl_horizon", "beta_min", "beta_max", "lr_schedule", "min_lr_ratio",
         "reward_warmup_steps"],
     "guards (0 turns one off)": ["kl_max", "reward_drop", "lr_backoff", "max_rollbacks"],
-    "eval": ["eval_every", "eval_limit", "eval_draws", "eval_sampled_limit", "eval_temperature", "eval_self_play"],
+    "eval": ["eval_every", "eval_limit", "eval_draws", "eval_sampled_limit", "eval_temperature", "eval_self_play",
+             "eval_world_games"],
     "checkpoints, logging and debugging": ["out", "checkpoint_every", "keep_last", "tensorboard", "wandb_project",
                                            "log_samples", "overfit_single_batch"],
     "hardware": ["device", "threads", "ref_device", "processes", "engine_rewards", "fast_decode", "micro_batch_size",

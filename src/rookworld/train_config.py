@@ -10,6 +10,7 @@ from rookworld.generation import check_sampling
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
+A_SOURCES = ("data", "play", "mix")
 P_TRUTHS = ("stored", "engine")
 
 
@@ -26,6 +27,10 @@ class TrainConfig:
     batch_size: int = field(default=32, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
+    a_source: str = field(default="data", metadata={
+        "help": "where A prompts come from: data (the training data's), play (the policy's own games, begun at data "
+                "positions: each asks about the policy's sampled B: move, legal or not, with the arbiter's truth) or "
+                "mix (every second A prompt played); P prompts are the data's either way"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -73,6 +78,9 @@ class TrainConfig:
     eval_self_play: int = field(default=64, metadata={
         "help": "greedy games of the model against itself at each eval, from seeded random openings and stopped at "
                 "the first illegal move (eval/selfplay/legal_half_moves; 0: none)"})
+    eval_world_games: int = field(default=0, metadata={
+        "help": "greedy games of the model against itself in its own world at each eval (each next state from its A "
+                "completion, checked by the arbiter): eval/world/plies_to_divergence, eval/world/a_exact (0: none)"})
     checkpoint_every: int = shared("checkpoint_every", 25)
     keep_last: int = shared("keep_last", 2)
     overfit_single_batch: bool = field(default=False, metadata={"help": "reuse the first batch every step"})
@@ -105,13 +113,15 @@ class TrainConfig:
              "rollout_chunk and micro_batch_size must be >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
+            (self.a_source in A_SOURCES, f"a_source must be one of {A_SOURCES}, got {self.a_source!r}"),
             (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
             (self.p_truth == "stored" or self.engine_rewards,
              "p_truth 'engine' searches every P prompt with Stockfish: it needs engine_rewards true"),
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
             (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
-            (self.eval_self_play >= 0, f"eval_self_play must be >= 0 (0: none), got {self.eval_self_play}"),
+            (self.eval_self_play >= 0 and self.eval_world_games >= 0, f"eval_self_play and eval_world_games must be "
+             f">= 0 (0: none), got {self.eval_self_play}, {self.eval_world_games}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
             (all(n is None or n >= 1 for n in (self.max_new_tokens_p, self.max_new_tokens_a)),
