@@ -8,6 +8,20 @@ import pytest
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs `-n auto`), each worker keeps to its own share of the cores, before torch
+    is imported: torch's threads (and the Stockfish processes a test starts) then never outnumber the cores, where
+    two workers each spinning threads on every core would slow each other down many times over."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    index, workers = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    mine = cores[index % len(cores)::workers] or [cores[index % len(cores)]]
+    os.sched_setaffinity(0, mine)
+    os.environ.setdefault("OMP_NUM_THREADS", str(len(mine)))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `stockfish` need the engine binary: without one (a pip-only install) they are skipped
     with the reason; `make test` installs it. In CI, or with $ROOKWORLD_STOCKFISH set, a missing engine is an

@@ -818,6 +818,20 @@ def test_each_eval_logs_its_paired_change_since_step_0_and_a_resumed_run_none(ti
     assert [e["step"] for e in resumed] == [0, 2, 4] and not any(k.endswith("/delta") for k in resumed[-1])
 
 
+def test_eval_world_games_plays_games_in_the_models_world_at_each_eval(tiny_run_inputs, tmp_path):
+    from rookworld.log import read_records
+
+    model_dir, data = tiny_run_inputs
+    options = dict(steps=1, eval_every=1, eval_limit=2, eval_draws=0, eval_self_play=0)
+    plain = read_records(train.main(tiny_config(model_dir, data, tmp_path / "plain", **options),
+                                    grpo.GRPOConfig()) / "eval.jsonl")
+    world = read_records(train.main(tiny_config(model_dir, data, tmp_path / "world", eval_world_games=2, **options),
+                                    grpo.GRPOConfig()) / "eval.jsonl")
+    assert not any(key.startswith("eval/world/") for row in plain for key in row)
+    for row in world:  # step 0 and step 1
+        assert row["eval/world/plies_to_divergence/n"] == 2 and row["eval/world/censored/n"] == 2
+
+
 def test_inspect_reports_one_step_in_full(tiny_run_inputs, tmp_path, capsys):
     model_dir, data = tiny_run_inputs
     report_file = tmp_path / "step.json"

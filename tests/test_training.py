@@ -140,6 +140,11 @@ def test_resume_rules_are_the_same_in_both_commands(command, classes, tmp_path, 
         training.run_configs(_parse(command, ["--resume", str(run), kept, other_value]), classes)
     training.run_configs(_parse(command, ["--resume", str(run), kept, saved_value]), classes)
     assert set(classes[first].KEPT_ON_RESUME) <= {f.name for f in dataclasses.fields(classes[first])}
+    last = list(classes)[-1]  # a field another version had, in any table: refused, not ignored
+    (run / "config.json").write_text(json.dumps({**saved, last: {**saved[last], "consolidate_steps": 50}}))
+    with pytest.raises(UserError, match=f"its config.json sets consolidate_steps, which this version of rookworld "
+                                        f"does not have .* --model {run}/checkpoint-last"):
+        training.run_configs(_parse(command, ["--resume", str(run)]), classes)
     other = "train" if command == "sft" else "sft"
     (run / "config.json").write_text(json.dumps({other: {}}))
     with pytest.raises(UserError, match=f"no '{first}' table"):

@@ -162,6 +162,7 @@ def run_configs(args: argparse.Namespace, classes: dict[str, type]) -> dict[str,
             raise UserError(f"--resume {args.resume}: its {CONFIG_FILE} has no {first!r} table; it is not a "
                             f"run of this command")
         tables = {name: dict(saved.get(name, {})) for name in classes}
+        _check_saved_fields(args.resume, tables, classes)
         tables[first]["out"] = args.resume
     else:
         values = load_toml(args.config) if args.config else {}
@@ -174,6 +175,17 @@ def run_configs(args: argparse.Namespace, classes: dict[str, type]) -> dict[str,
             _check_kept(args.resume, build_config(cls, None, tables[name]), configs[name])
         _warn_stretched_schedule(args.resume, tables[first], configs[first])
     return configs
+
+
+def _check_saved_fields(run: str, tables: dict[str, Any], classes: dict[str, type]) -> None:
+    """A resumed run's saved config holds only fields this version has: a run saved by a version with options
+    since removed cannot go on as it would have."""
+    unknown = sorted(key for name, cls in classes.items()
+                     for key in set(tables[name]) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise UserError(f"--resume {run}: its {CONFIG_FILE} sets {', '.join(unknown)}, which this version of "
+                        f"rookworld does not have (the run was saved by another version); continue it with that "
+                        f"version, or start a new run from its weights with --model {run}/checkpoint-last")
 
 
 def _check_tables(path: str, tables: dict[str, Any], classes: dict[str, type]) -> None:
