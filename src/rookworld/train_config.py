@@ -120,8 +120,7 @@ class TrainConfig:
             (0 < self.lr_backoff <= 1, f"lr_backoff must be in (0, 1], got {self.lr_backoff}"),
             (self.kl_max >= 0 and self.reward_drop >= 0, "kl_max and reward_drop must be >= 0 (0: off)"),
             (self.eval_limit >= 1 and self.eval_sampled_limit >= 1, "eval_limit and eval_sampled_limit must be >= 1"),
-            (self.eval_self_play >= 0 and self.eval_world_games >= 0, f"eval_self_play and eval_world_games must be "
-             f">= 0 (0: none), got {self.eval_self_play}, {self.eval_world_games}"),
+            (self.eval_self_play >= 0, f"eval_self_play must be >= 0 (0: none), got {self.eval_self_play}"),
             (self.eval_draws == 0 or self.eval_draws >= 2, f"eval_draws must be 0 (greedy only) or >= 2, "
                                                            f"got {self.eval_draws}"),
             (all(n is None or n >= 1 for n in (self.max_new_tokens_p, self.max_new_tokens_a)),
@@ -130,7 +129,7 @@ class TrainConfig:
             (self.processes is None or self.processes >= 1, f"processes must be >= 1, got {self.processes}"),
         ]
         checks += [(getattr(self, name) >= 0, f"{name} must be >= 0, got {getattr(self, name)}")
-                   for name in ("resample_rounds", "max_rollbacks", "log_samples")]
+                   for name in ("resample_rounds", "max_rollbacks", "log_samples", "eval_world_games")]
         for ok, reason in checks:
             if not ok:
                 raise ValueError(reason)
