@@ -31,7 +31,7 @@ train: setup
 	HF_HUB_OFFLINE=1 $(BIN)/rookworld train --out runs/grpo-$$(date +%Y%m%d-%H%M%S)
 
 # The fast tier (pytest's default: not `integration`, not `slow`); PYTEST_ARGS adds flags, e.g. --durations=25.
-# It runs on TEST_WORKERS pytest-xdist workers (default: one per core), each kept to its own cores.
+# Both tiers run on TEST_WORKERS pytest-xdist workers (default: one per core), each kept to its own cores.
 # pytest's exit code 5 (no test selected) is no failure.
 TEST_WORKERS ?= auto
 test: setup
@@ -40,7 +40,7 @@ test: setup
 # The long end-to-end runs (games, sweeps, train runs beyond one per command). The `slow` tests (kills mid-save,
 # full disks, the 124M-shape parity) run apart: `.venv/bin/python -m pytest -m slow`.
 test-integration: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: setup
 	$(BIN)/ruff check .
