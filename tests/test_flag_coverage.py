@@ -38,8 +38,7 @@ VARIANTS: dict[str, tuple[dict, object]] = {
     # TrainConfig (the base is the tiny model and data: `model` is compared with the embedded model, `data` with
     # the same rows in another order)
     "model": ({}, None), "data": ({}, "rows reversed"), "out": ({}, "elsewhere"), "steps": ({}, 7), "seed": ({}, 1),
-    "batch_size": ({}, 5), "group_size": ({}, 3), "p_fraction": ({}, 0.25), "a_source": ({}, "mix"),
-    "rollout_chunk": ({}, 2),
+    "batch_size": ({}, 5), "group_size": ({}, 3), "p_fraction": ({}, 0.25), "rollout_chunk": ({}, 2),
     "micro_batch_size": ({}, 3), "num_iterations": ({}, 2), "temperature_p": ({}, 0.7), "temperature_a": ({}, 0.7),
     "top_p_p": ({}, 0.9), "top_p_a": ({}, 0.9), "max_new_tokens_p": ({}, 20), "max_new_tokens_a": ({}, 20),
     "lr": ({}, 1e-3), "lr_schedule": ({}, "cosine"), "min_lr_ratio": ({"lr_schedule": "cosine"}, 0.5),
@@ -123,10 +122,7 @@ def rollout(cfg, gcfg, rcfg):
 
 
 def prompts(cfg, gcfg, rcfg):
-    policy, tokenizer = _model(cfg.model)
-    settings = step.rollout_config(cfg, rcfg, _limits(cfg), Dist())
-    sampler = train.batch_sampler(cfg, _data(cfg.data, 1, 0)[0], policy, tokenizer, settings, Dist())
-    return [s.prompt for s in sampler.next(cfg.batch_size)]
+    return [s.prompt for s in train.batch_sampler(cfg, _data(cfg.data, 1, 0)[0]).next(cfg.batch_size)]
 
 
 def rewards(cfg, gcfg, rcfg):

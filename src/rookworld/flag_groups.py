@@ -12,7 +12,7 @@ from __future__ import annotations
 # DAPO, Dr. GRPO, TRL's GRPOTrainer), the guards, evaluation, checkpoints and logging, and hardware.
 TRAIN: dict[str, list[str]] = {
     "the default run's knobs: model and data": ["model", "data", "seed", "steps", "batch_size", "group_size",
-                                                "p_fraction", "a_source"],
+                                                "p_fraction"],
     "the default run's knobs: sampling": ["temperature_p", "temperature_a", "top_p_p", "top_p_a", "max_new_tokens_p",
                                           "max_new_tokens_a", "zero_std", "resample_rounds", "draft_a"],
     "the default run's knobs: optimisation": ["lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip"],

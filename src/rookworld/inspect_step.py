@@ -73,13 +73,13 @@ def inspect_step(cfg: TrainConfig, gcfg: grpo.GRPOConfig, rcfg: RewardConfig | N
                                policy.config.n_positions)
     d = Dist()
     rollout_cfg = rollout_config(cfg, rcfg or RewardConfig(), limits, d)
-    sampler = batch_sampler(cfg, train_samples, policy, tokenizer, rollout_cfg, d)
+    sampler = batch_sampler(cfg, train_samples)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl, ema = grpo.BetaController(gcfg), make_baseline(gcfg)
     state = RunState()
     if resume_dir is not None:
         saved = checkpoint.load_state(resume_dir)
-        check_resumable(saved, resume_dir, cfg, gcfg)
+        check_resumable(saved, resume_dir, gcfg)
         state = load_run(saved, policy, optimizer, cfg, {"sampler": sampler, "beta": beta_ctl, "baseline": ema})
     set_lr(optimizer, cfg, state)
     step = state.step  # 0-based: it seeds the step's random streams and the reward's warm-up

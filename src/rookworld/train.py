@@ -25,7 +25,7 @@ from rookworld.errors import UserError
 from rookworld.evaluate import EvalConfig, Values, model_values, paired_change
 from rookworld.generation import FastDecoder
 from rookworld.rewards import RewardConfig
-from rookworld.rollout import Group, RolloutConfig, completion_limits
+from rookworld.rollout import Group, completion_limits
 from rookworld.runtime import Dist, fast_path, gather_indexed, init_distributed
 from rookworld.step import rollout_config, take_step
 from rookworld.train_config import TrainConfig
@@ -55,18 +55,11 @@ def load_reference(cfg: TrainConfig, gcfg: grpo.GRPOConfig, device: str):
     return reference.requires_grad_(False)
 
 
-def batch_sampler(cfg: TrainConfig, train_samples: list[Sample], policy, tokenizer, rollout_cfg: RolloutConfig,
-                  d: Dist, decoder: FastDecoder | None = None):
-    """The sampler of the GRPO prompts: the data's, with --a-source play or mix the A prompts of the policy's games
-    (played.py), which it samples at the P prompts' settings."""
+def batch_sampler(cfg: TrainConfig, train_samples: list[Sample]):
+    """The sampler of the GRPO prompts."""
     from rookworld.data.batches import TaskSampler
-    from rookworld.played import Games, PlayedSampler
 
-    data = TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
-    if cfg.a_source == "data":
-        return data
-    games = Games(train_samples, policy, tokenizer, rollout_cfg.settings["P"], cfg.seed, d, decoder)
-    return PlayedSampler(data, games, cfg.a_source)
+    return TaskSampler(train_samples, p_fraction=cfg.p_fraction, seed=cfg.seed)
 
 
 # ---------------------------------------------------------------- state
@@ -100,18 +93,12 @@ def restore(snap: dict[str, Any], policy, optimizer, beta_ctl: grpo.BetaControll
             part.load_state_dict(copy.deepcopy(snap[name]))  # a snapshot may be restored more than once
 
 
-def check_resumable(saved: dict[str, Any], resume_dir: Path, cfg: TrainConfig, gcfg: grpo.GRPOConfig) -> None:
+def check_resumable(saved: dict[str, Any], resume_dir: Path, gcfg: grpo.GRPOConfig) -> None:
     """Refuse, before any work, a checkpoint that this config cannot continue as one uninterrupted run of it
-    would go: one saved without the ema baseline this config needs, or with prompts of another --a-source."""
-    from rookworld.played import saved_source
-
+    would go: one saved without the ema baseline this config needs."""
     if gcfg.baseline == "ema" and saved.get("baseline") is None:
         raise UserError(f"{resume_dir} holds no ema baseline state: it was saved by a run without --baseline ema; "
                         "resume with that run's own config.json")
-    source = saved_source(saved["sampler"])
-    if source != cfg.a_source:
-        raise UserError(f"{resume_dir} drew its A prompts with --a-source {source}, this run with --a-source "
-                        f"{cfg.a_source}: resume with --a-source {source}")
 
 
 def load_run(saved: dict[str, Any], policy, optimizer, cfg: TrainConfig, parts: dict[str, Any]) -> RunState:
@@ -217,7 +204,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         out = Path(resume)
         resume_dir = training.resume_checkpoint(resume, cfg)
         saved = checkpoint.load_state(resume_dir)
-        check_resumable(saved, resume_dir, cfg, gcfg)
+        check_resumable(saved, resume_dir, gcfg)
     note = inactive_kl_guard(cfg, gcfg)
     if note and d.main:
         print(note, file=sys.stderr)
@@ -231,7 +218,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     limits = completion_limits({"P": cfg.max_new_tokens_p, "A": cfg.max_new_tokens_a}, tokenizer, train_samples,
                                policy.config.n_positions)
     rollout_cfg = rollout_config(cfg, rcfg, limits, d)
-    sampler = batch_sampler(cfg, train_samples, policy, tokenizer, rollout_cfg, d, decoder)
+    sampler = batch_sampler(cfg, train_samples)
     optimizer = training.make_optimizer(policy, cfg)
     beta_ctl = grpo.BetaController(gcfg)
     ema = make_baseline(gcfg)

@@ -10,7 +10,6 @@ from rookworld.generation import check_sampling
 from rookworld.training import shared
 
 ZERO_STD_MODES = ("keep", "drop", "resample")
-A_SOURCES = ("data", "play", "mix")
 P_TRUTHS = ("stored", "engine")
 
 
@@ -27,10 +26,6 @@ class TrainConfig:
     batch_size: int = field(default=32, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
     p_fraction: float = field(default=0.5, metadata={"help": "share of P prompts in a batch"})
-    a_source: str = field(default="data", metadata={
-        "help": "where A prompts come from: data (the training data's), play (the policy's own games, begun at data "
-                "positions: each asks about the policy's sampled B: move, legal or not, with the arbiter's truth) or "
-                "mix (every second A prompt played); P prompts are the data's either way"})
     rollout_chunk: int | None = field(default=None, metadata={
         "help": "prompts per generation call and random stream (default: batch_size / torchrun ranks, rounded up, "
                 "so that every rank samples; equal chunks make any number of ranks sample what one process would)"})
@@ -113,7 +108,6 @@ class TrainConfig:
              "rollout_chunk and micro_batch_size must be >= 1"),
             (self.num_iterations >= 1, f"num_iterations must be >= 1, got {self.num_iterations}"),
             (self.zero_std in ZERO_STD_MODES, f"zero_std must be one of {ZERO_STD_MODES}"),
-            (self.a_source in A_SOURCES, f"a_source must be one of {A_SOURCES}, got {self.a_source!r}"),
             (self.p_truth in P_TRUTHS, f"p_truth must be one of {P_TRUTHS}, got {self.p_truth!r}"),
             (self.p_truth == "stored" or self.engine_rewards,
              "p_truth 'engine' searches every P prompt with Stockfish: it needs engine_rewards true"),
