@@ -17,7 +17,7 @@ def pytest_configure(config):
         return
     cores = sorted(os.sched_getaffinity(0))
     index, workers = int(worker.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    mine = cores[index % len(cores)::workers] or [cores[index % len(cores)]]
+    mine = cores[index % len(cores)::workers]  # never empty: it starts at one of the cores
     os.sched_setaffinity(0, mine)
     os.environ.setdefault("OMP_NUM_THREADS", str(len(mine)))
 
