@@ -4,7 +4,8 @@ first-candidate readout (readout.py), and two references: a uniformly random leg
 Each move is judged as `rookworld eval` judges `B:` moves: best-move (the label's rank-1 move), top-5 (among the
 label's five), legal, ACPL (pawns, an illegal or missing move at the 10-pawn cap) and expected-score loss, each
 ± one SE clustered by game. Truth: the split's depth-10 labels; moves outside them are searched at depth 10
-(cached in --cache).
+(cached in --cache). Every model after the first also gets each readout's change from the first model's,
+paired by position (NAME/delta ± NAME/delta/se, clustered by game).
 
     python experiments/readout.py --model src/rookworld/assets/model --out runs/readout/base.json \
         [--limit N] [--votes 8] [--references] [--cache runs/sf.sqlite] [--threads 2]
@@ -22,7 +23,7 @@ import chess
 from rookworld.arbiter import legal_move
 from rookworld.data.sources import load_source
 from rookworld.data.splits import sample_game
-from rookworld.metrics import flatten, summarize
+from rookworld.metrics import flatten, paired_delta, summarize
 from rookworld.player import ModelPlayer
 from rookworld.quality import judge_moves
 from rookworld.readout import best_first_candidate, first_candidate_scores
@@ -32,8 +33,8 @@ from rookworld.text import parse_p_completion
 BATCH = 64
 
 
-def judged(pool, samples, moves: list[str | None]) -> dict[str, float]:
-    """The metrics of one move per sample (None: illegal or missing), each mean ± SE clustered by game."""
+def judged(pool, samples, moves: list[str | None]) -> list[dict[str, list[float]]]:
+    """The metrics of one move per sample (None: illegal or missing), one dict per sample."""
     qualities = judge_moves(pool, [(s.fen, m) for s, m in zip(samples, moves)], analyses=[s.analysis for s in samples])
     per_prompt = []
     for sample, move, quality in zip(samples, moves, qualities):
@@ -41,7 +42,7 @@ def judged(pool, samples, moves: list[str | None]) -> dict[str, float]:
         per_prompt.append({"best_move": [float(move == ranked[0])], "top5": [float(move in ranked)],
                            "legal": [float(quality.legal)], "acpl": [quality.loss],
                            "expected_score_loss": [quality.score_loss]})
-    return flatten(summarize(per_prompt, [sample_game(s) for s in samples]))
+    return per_prompt
 
 
 def model_moves(player: ModelPlayer, samples, votes: int) -> dict[str, list[str | None]]:
@@ -81,25 +82,34 @@ def main() -> None:
 
     samples = [s for s in load_source("embedded", "eval").samples if s.task == "P"][:args.limit]
     print(f"{len(samples)} P positions of the embedded eval split", flush=True)
+    games = [sample_game(s) for s in samples]
     results: dict[str, dict[str, float]] = {}
+    first_model: dict[str, list[dict[str, list[float]]]] = {}
     with StockfishPool(processes=args.threads, cache_path=args.cache) as pool:
         for name in args.model:
             player = ModelPlayer.load(name, threads=args.threads, seed=args.seed)
             print(f"{name}:", flush=True)
             for readout, moves in model_moves(player, samples, args.votes).items():
-                results[f"{name} | {readout}"] = judged(pool, samples, moves)
+                values = judged(pool, samples, moves)
+                results[f"{name} | {readout}"] = flatten(summarize(values, games))
+                if readout in first_model:
+                    results[f"{name} | {readout}"].update(paired_delta(values, first_model[readout], games))
+                first_model.setdefault(readout, values)
         if args.references:
             rng = random.Random(f"{args.seed}/random")
-            results["random legal move"] = judged(pool, samples, [
-                rng.choice(list(chess.Board(s.fen).legal_moves)).uci() for s in samples])
+            results["random legal move"] = flatten(summarize(judged(pool, samples, [
+                rng.choice(list(chess.Board(s.fen).legal_moves)).uci() for s in samples]), games))
             with SkillEngine(0) as engine:
-                results["Stockfish skill 0"] = judged(pool, samples, [
-                    engine.play(chess.Board(s.fen)).uci() for s in samples])
+                results["Stockfish skill 0"] = flatten(summarize(judged(pool, samples, [
+                    engine.play(chess.Board(s.fen)).uci() for s in samples]), games))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    metrics = ("best_move", "top5", "legal", "acpl", "expected_score_loss")
     for name, values in results.items():
-        print(f"{name:60s} " + "  ".join(f"{k} {values[k]:.3f} ± {values[k + '/se']:.3f}"
-                                         for k in ("best_move", "top5", "legal", "acpl", "expected_score_loss")))
+        print(f"{name:60s} " + "  ".join(f"{k} {values[k]:.3f} ± {values[k + '/se']:.3f}" for k in metrics))
+        if metrics[0] + "/delta" in values:
+            print(f"{'  paired with the first --model':60s} " + "  ".join(
+                f"Δ{k} {values[k + '/delta']:+.3f} ± {values[k + '/delta/se']:.3f}" for k in metrics))
 
 
 if __name__ == "__main__":
