@@ -5,7 +5,7 @@ For each P position of the embedded training side the model's readout move (read
 of the label's five candidates, the target lists it first, then the label's other four in their ranking, each
 with its label eval, and names it after `B:` (a best-first record, so greedy decoding learns to write the
 model's own sequence-level choice first). Other positions are left out. No engine runs: the labels are the
-stored ones. The training side's A records are copied as they are, and the embedded eval side beside them, so
+stored ones. The A records of the shards read are copied as they are, and the embedded eval side beside them, so
 `rookworld sft --data OUT` trains on these P targets and reports its held-out metrics on the usual split.
 
     python experiments/distill_readout.py --model src/rookworld/assets/model --out runs/rd-data \
@@ -35,9 +35,8 @@ def readout_first(record: dict, move: str) -> dict | None:
     or None when `move` is not one of them."""
     if move not in record["m"]:
         return None
-    order = [record["m"].index(move)] + [i for i in range(len(record["m"])) if record["m"][i] != move]
-    return {**record, "m": [record["m"][i] for i in order], "e": [record["e"][i] for i in order],
-            "s": list(range(len(order)))}
+    lines = sorted(zip(record["m"], record["e"]), key=lambda line: line[0] != move)  # stable: the rest keep their rank
+    return {**record, "m": [m for m, _ in lines], "e": [e for _, e in lines], "s": list(range(len(lines)))}
 
 
 def distilled(player: ModelPlayer, records: list[dict]) -> list[dict | None]:
@@ -63,7 +62,9 @@ def main() -> None:
     kept = seen = 0
     for shard in sorted((source / "train").glob("shard-*.jsonl.gz")):
         records = read_records(shard)
-        p_rows = [r for r in records if r["t"] == "P"][:None if args.positions is None else args.positions - seen]
+        p_rows = [r for r in records if r["t"] == "P"]
+        if args.positions is not None:
+            p_rows = p_rows[:args.positions - seen]
         made = []
         for start in range(0, len(p_rows), BATCH):
             made += distilled(player, p_rows[start:start + BATCH])

@@ -23,7 +23,7 @@ import chess
 from rookworld.arbiter import legal_move
 from rookworld.data.sources import load_source
 from rookworld.data.splits import sample_game
-from rookworld.metrics import flatten, paired_delta, summarize
+from rookworld.metrics import DELTA_SUFFIX, SE_SUFFIX, flatten, paired_delta, summarize
 from rookworld.player import ModelPlayer
 from rookworld.quality import judge_moves
 from rookworld.readout import best_first_candidate, first_candidate_scores
@@ -83,6 +83,10 @@ def main() -> None:
     samples = [s for s in load_source("embedded", "eval").samples if s.task == "P"][:args.limit]
     print(f"{len(samples)} P positions of the embedded eval split", flush=True)
     games = [sample_game(s) for s in samples]
+
+    def summary(values: list[dict[str, list[float]]]) -> dict[str, float]:
+        return flatten(summarize(values, games))
+
     results: dict[str, dict[str, float]] = {}
     first_model: dict[str, list[dict[str, list[float]]]] = {}
     with StockfishPool(processes=args.threads, cache_path=args.cache) as pool:
@@ -91,25 +95,25 @@ def main() -> None:
             print(f"{name}:", flush=True)
             for readout, moves in model_moves(player, samples, args.votes).items():
                 values = judged(pool, samples, moves)
-                results[f"{name} | {readout}"] = flatten(summarize(values, games))
+                results[f"{name} | {readout}"] = summary(values)
                 if readout in first_model:
                     results[f"{name} | {readout}"].update(paired_delta(values, first_model[readout], games))
                 first_model.setdefault(readout, values)
         if args.references:
             rng = random.Random(f"{args.seed}/random")
-            results["random legal move"] = flatten(summarize(judged(pool, samples, [
-                rng.choice(list(chess.Board(s.fen).legal_moves)).uci() for s in samples]), games))
+            results["random legal move"] = summary(judged(pool, samples, [
+                rng.choice(list(chess.Board(s.fen).legal_moves)).uci() for s in samples]))
             with SkillEngine(0) as engine:
-                results["Stockfish skill 0"] = flatten(summarize(judged(pool, samples, [
-                    engine.play(chess.Board(s.fen)).uci() for s in samples]), games))
+                results["Stockfish skill 0"] = summary(judged(pool, samples, [
+                    engine.play(chess.Board(s.fen)).uci() for s in samples]))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     metrics = ("best_move", "top5", "legal", "acpl", "expected_score_loss")
     for name, values in results.items():
-        print(f"{name:60s} " + "  ".join(f"{k} {values[k]:.3f} ± {values[k + '/se']:.3f}" for k in metrics))
-        if metrics[0] + "/delta" in values:
+        print(f"{name:60s} " + "  ".join(f"{k} {values[k]:.3f} ± {values[k + SE_SUFFIX]:.3f}" for k in metrics))
+        if metrics[0] + DELTA_SUFFIX in values:
             print(f"{'  paired with the first --model':60s} " + "  ".join(
-                f"Δ{k} {values[k + '/delta']:+.3f} ± {values[k + '/delta/se']:.3f}" for k in metrics))
+                f"Δ{k} {values[k + DELTA_SUFFIX]:+.3f} ± {values[k + DELTA_SUFFIX + SE_SUFFIX]:.3f}" for k in metrics))
 
 
 if __name__ == "__main__":
