@@ -1,5 +1,6 @@
-"""Move readouts on the eval split's P positions: the greedy `B:` move, the vote of K sampled `B:` moves, the
-first-candidate readout (readout.py), and two references: a uniformly random legal move and Stockfish at skill 0.
+"""Move readouts on the P positions of the embedded set's eval split (with --split train, its training side, which
+the shipped model was trained on): the greedy `B:` move, the vote of K sampled `B:` moves, the first-candidate
+readout (readout.py), and two references: a uniformly random legal move and Stockfish at skill 0.
 
 Each move is judged as `rookworld eval` judges `B:` moves: best-move (the label's rank-1 move), top-5 (among the
 label's five), legal, ACPL (pawns, an illegal or missing move at the 10-pawn cap) and expected-score loss, each
@@ -72,6 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", default=[], help="checkpoint directory (repeatable)")
     parser.add_argument("--out", required=True, help="JSON file of the results")
+    parser.add_argument("--split", choices=("eval", "train"), default="eval",
+                        help="the embedded set's side: eval (held out) or train (seen in the shipped model's SFT)")
     parser.add_argument("--limit", type=int, default=None, help="the first N P positions of the split")
     parser.add_argument("--votes", type=int, default=1, help="also the vote of K samples (K > 1)")
     parser.add_argument("--references", action="store_true", help="also a random legal move and Stockfish skill 0")
@@ -80,8 +83,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    samples = [s for s in load_source("embedded", "eval").samples if s.task == "P"][:args.limit]
-    print(f"{len(samples)} P positions of the embedded eval split", flush=True)
+    samples = [s for s in load_source("embedded", args.split).samples if s.task == "P"][:args.limit]
+    print(f"{len(samples)} P positions of the embedded {args.split} split", flush=True)
     games = [sample_game(s) for s in samples]
 
     def summary(values: list[dict[str, list[float]]]) -> dict[str, float]:
