@@ -1,0 +1,66 @@
+"""`make embedded-model` on a tiny slice: every command the Makefile's recipe prints (`make -n`), run in a scratch
+directory with its sizes cut down (600 positions labelled at depth 1 per data command, two SFT steps of four rows per
+stage).
+
+This checks the recipe itself: that its data commands write what its SFT stages read, that each stage continues the
+one before it, and that the last stage exports a model of the shipped model's shape with its training record."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rookworld.hub import read_metadata
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = Path("src/rookworld/assets")
+SMALLER = {  # appended to a command, so they override the recipe's own sizes
+    # enough games that some fall on the eval side of the split by game, which each SFT stage needs
+    "rookworld data generate": ["--p-positions", "600", "--a-samples", "60", "--depth", "1", "--processes", "1"],
+    "rookworld sft": ["--steps", "2", "--batch-size", "4", "--warmup-steps", "1", "--eval-every", "2",
+                      "--eval-samples", "4", "--eval-loss-samples", "4", "--checkpoint-every", "2", "--threads", "1",
+                      "--tensorboard", "false"],
+}
+
+
+def recipe(target: str) -> list[str]:
+    """The shell lines `make` would run for `target`, the environment's own rookworld as the command."""
+    printed = subprocess.run(["make", "-n", "-o", "setup", "-o", "stockfish", f"BIN={Path(sys.executable).parent}",
+                              target], cwd=ROOT, capture_output=True, text=True, check=True)
+    return printed.stdout.splitlines()
+
+
+def smaller(line: str) -> str:
+    for command, flags in SMALLER.items():
+        if command in line:
+            return f"{line} {' '.join(flags)}"
+    return line
+
+
+@pytest.mark.integration
+@pytest.mark.stockfish
+def test_the_embedded_model_recipe_runs_end_to_end_on_a_tiny_slice(tmp_path):
+    shutil.copytree(ROOT / ASSETS / "data", tmp_path / ASSETS / "data")
+    for config in (ROOT / ASSETS).glob("sft_*.toml"):
+        shutil.copy(config, tmp_path / ASSETS / config.name)
+    lines = recipe("embedded-model")
+    assert sum("rookworld sft --config" in line for line in lines) >= 1
+    for line in lines:
+        done = subprocess.run(["bash", "-c", smaller(line)], cwd=tmp_path, capture_output=True, text=True,
+                              env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin:/usr/games",
+                                   "HF_HUB_OFFLINE": "1", "HOME": str(tmp_path)})
+        assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
+
+    made, shipped = tmp_path / ASSETS / "model", ROOT / ASSETS / "model"
+    shape = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
+    made_config, shipped_config = (json.loads((d / "config.json").read_text()) for d in (made, shipped))
+    assert {k: made_config[k] for k in shape} == {k: shipped_config[k] for k in shape}
+    record, stages = read_metadata(made), 0
+    while record is not None:  # each stage's record holds the one it continued, down to the first
+        assert record["trained_tokens"] > 0 and record["metrics"]["eval/loss"] > 0
+        assert (tmp_path / record["data"]["source"]).is_dir()
+        record, stages = record.get("init_from_record"), stages + 1
+    assert stages == sum("rookworld sft --config" in line for line in lines)
