@@ -6,6 +6,7 @@ This checks the recipe itself: that its data commands write what its SFT stages 
 one before it, and that the last stage exports a model of the shipped model's shape with its training record."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +29,11 @@ SMALLER = {  # appended to a command, so they override the recipe's own sizes
 
 def recipe(target: str) -> list[str]:
     """The shell lines `make` would run for `target`, the environment's own rookworld as the command."""
-    printed = subprocess.run(["make", "-n", "-o", "setup", "-o", "stockfish", f"BIN={Path(sys.executable).parent}",
-                              target], cwd=ROOT, capture_output=True, text=True, check=True)
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # set when the tests themselves run under make
+    env = {k: v for k, v in os.environ.items() if k not in outer}
+    printed = subprocess.run(["make", "-n", "--no-print-directory", "-o", "setup", "-o", "stockfish",
+                              f"BIN={Path(sys.executable).parent}", target], cwd=ROOT, env=env, capture_output=True,
+                             text=True, check=True)
     return printed.stdout.splitlines()
 
 
