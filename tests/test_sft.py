@@ -17,10 +17,12 @@ from rookworld.data.fresh import FreshASamples
 from rookworld.data.record import Sample, a_sample
 from rookworld.data.rows import from_line
 from rookworld.data.splits import split_of
-from rookworld.hub import load_model, read_metadata
+from rookworld.hub import load_model, read_metadata, resolve_default_model
 from rookworld.sft import (
     Packer,
     SFTConfig,
+    batch_nll,
+    by_task,
     encode_samples,
     main,
     packed_document,
@@ -74,6 +76,23 @@ def test_target_mask_covers_exactly_the_target_and_final_eos(char_tokenizer):
     short = min(range(2), key=lambda r: len(encoded[r][0]))
     assert not mask[short, len(encoded[short][0]):].any()
     assert a.target == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+
+
+def test_rows_padded_by_task_score_every_sample_as_one_width_does():
+    model, tokenizer = load_model(resolve_default_model())
+    lines = (FIXTURES / "rook_val_sample.txt").read_text().splitlines()[:2]
+    prompts = sorted((item["prompt"] for item in json.loads((FIXTURES / "a_task_openings_sample.json").read_text())),
+                     key=len)
+    a_rows = [a_sample(prompts[0]), a_sample(prompts[-1])]
+    samples = [from_line(lines[0]), a_rows[0], from_line(lines[1]), a_rows[1]]
+    groups = by_task(samples)
+    assert groups == [[samples[0], samples[2]], [samples[1], samples[3]]]
+    one_width = target_batch(encode_samples(tokenizer, groups[0] + groups[1]), tokenizer.eos_id)
+    per_task = [target_batch(encode_samples(tokenizer, group), tokenizer.eos_id) for group in groups]
+    assert per_task[0][0].shape[1] < one_width[0].shape[1]  # the P rows no longer padded to the long A row
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat([batch_nll(model, *rows) for rows in per_task]),
+                                   batch_nll(model, *one_width))
 
 
 def test_packed_rows_put_eos_before_each_document_and_predict_every_token_once(char_tokenizer):

@@ -5,9 +5,10 @@ tokenizer trained on the data) or from a checkpoint (`--init-from DIR|hub id`), 
 (`--n-layer`: new layers spread between the old ones, starting as identities; `model.grow_depth`).
 
 Two ways to turn samples into training rows (`--mode`):
-- `target` (default): one sample per row, `[eos] + prompt + target + [eos]`, right-padded; the loss
-  covers the target and its final EOS only. Prompts are encoded exactly as evaluation encodes them
-  (`Tokenizer.encode_prompts`), so training and generation see the same ids at the same positions.
+- `target` (default): one sample per row, `[eos] + prompt + target + [eos]`, right-padded (P and A rows each
+  to their own longest, `by_task`); the loss covers the target and its final EOS only. Prompts are encoded
+  exactly as evaluation encodes them (`Tokenizer.encode_prompts`), so training and generation see the same ids
+  at the same positions.
 - `packed`: documents `[eos] + prompt + target` concatenated and cut into rows of `seq_len + 1`
   tokens, loss on every token (RookWorld pretraining; the next document's EOS ends each target).
 
@@ -173,6 +174,16 @@ def target_batch(encoded: Sequence[tuple[Sequence[int], int]], pad_id: int) -> t
         rows[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
         mask[row, prompt_length:len(ids)] = True
     return rows, mask
+
+
+def by_task(samples: Sequence[Sample]) -> list[list[Sample]]:
+    """`samples` grouped by task, in order, for `target_batch` to pad each group to its own longest row: every P
+    row is about as long (its prompt is padded), the A rows are longer and vary, and one width for both would pad
+    every P row to the longest A row (a fifth of an SFT step's time; benchmarks/sft_step.py)."""
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault(sample.task, []).append(sample)
+    return list(groups.values())
 
 
 class Packer:
@@ -440,10 +451,11 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
         targets = tokenizer.encode_batch([s.target for s in batch])
         return [packed_document(p, t) for p, t in zip(prompts, targets)]
 
-    def micro_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    def micro_batch() -> list[tuple[torch.Tensor, torch.Tensor]]:
         if cfg.mode == "packed":
-            return packer.rows(cfg.batch_size, next_documents)
-        return target_batch(encode_samples(tokenizer, stream.next(cfg.batch_size)), tokenizer.eos_id)
+            return [packer.rows(cfg.batch_size, next_documents)]
+        return [target_batch(encode_samples(tokenizer, group), tokenizer.eos_id)
+                for group in by_task(stream.next(cfg.batch_size))]
 
     def evaluate() -> dict[str, float]:
         metrics = heldout_loss(model, tokenizer, loss_samples, cfg.eval_batch_size)
@@ -479,7 +491,7 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
             t0 = time.perf_counter()
             lr = cfg.lr * training.lr_factor(cfg, step)
             training.set_lr(optimizer, lr)
-            batches = [micro_batch() for _ in range(cfg.grad_accum)]
+            batches = [rows for _ in range(cfg.grad_accum) for rows in micro_batch()]
             loss_tokens = sum(int(mask.sum()) for _, mask in batches)
             total = 0.0
             for rows, mask in batches:
