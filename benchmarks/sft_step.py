@@ -18,18 +18,13 @@ import torch
 from rookworld import training
 from rookworld.data import load_source
 from rookworld.hub import load_model, resolve_default_model
-from rookworld.sft import SFTConfig, TrainStream, batch_nll, by_task, encode_samples, fitting, target_batch
+from rookworld.sft import SFTConfig, TrainStream, by_task, encode_samples, fitting, optimizer_step, target_batch
 
 
-def step(model, optimizer, batches) -> float:
-    """One optimizer step on `batches` [(rows, mask)], the loss a mean over all their target tokens; its seconds."""
+def timed_step(model, optimizer, batches) -> float:
+    """Seconds of one `rookworld sft` optimizer step (`sft.optimizer_step`) on `batches`."""
     start = time.perf_counter()
-    tokens = sum(int(mask.sum()) for _, mask in batches)
-    for rows, mask in batches:
-        (batch_nll(model, rows, mask).sum() / tokens).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    optimizer_step(model, optimizer, batches, grad_clip=1.0)
     return time.perf_counter() - start
 
 
@@ -59,7 +54,7 @@ def main() -> None:
         drawn = stream.next(args.batch_size)
         for name, rows_of in ways.items():
             batches = rows_of(drawn)
-            took = step(model, optimizer, batches)
+            took = timed_step(model, optimizer, batches)
             if index:  # the first step of each way warms up
                 seconds[name].append(took)
             padded[name] = sum(rows.numel() for rows, _ in batches)

@@ -179,7 +179,7 @@ def target_batch(encoded: Sequence[tuple[Sequence[int], int]], pad_id: int) -> t
 def by_task(samples: Sequence[Sample]) -> list[list[Sample]]:
     """`samples` grouped by task, in order, for `target_batch` to pad each group to its own longest row: every P
     row is about as long (its prompt is padded), the A rows are longer and vary, and one width for both would pad
-    every P row to the longest A row (a fifth of an SFT step's time; benchmarks/sft_step.py)."""
+    every P row to the longest A row (each step then takes 1.7 times as long; benchmarks/sft_step.py)."""
     groups: dict[str, list[Sample]] = {}
     for sample in samples:
         groups.setdefault(sample.task, []).append(sample)
@@ -283,6 +283,25 @@ def batch_nll(model: GPT, rows: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     from rookworld.model import token_logprobs
 
     return -token_logprobs(model, rows, mask).logp.sum(1)  # (B,)
+
+
+def optimizer_step(model: GPT, optimizer: torch.optim.Optimizer, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                   grad_clip: float | None) -> tuple[float, float, int]:
+    """One optimizer step on `batches` [(rows, mask)], the loss a mean over all their target tokens, the gradient
+    clipped to `grad_clip` (None or 0: not clipped); returns the loss, the gradient's norm and the target tokens."""
+    import torch
+
+    device = model.wte.weight.device
+    loss_tokens = sum(int(mask.sum()) for _, mask in batches)
+    total = 0.0
+    for rows, mask in batches:
+        loss = batch_nll(model, rows.to(device), mask.to(device)).sum() / loss_tokens
+        loss.backward()
+        total += loss.item()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip or float("inf"))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total, float(grad_norm), loss_tokens
 
 
 def heldout_loss(model: GPT, tokenizer: Tokenizer, samples: Sequence[Sample], batch_size: int) -> dict[str, float]:
@@ -492,19 +511,11 @@ def main(cfg: SFTConfig, resume: bool = False) -> dict[str, float]:
             lr = cfg.lr * training.lr_factor(cfg, step)
             training.set_lr(optimizer, lr)
             batches = [rows for _ in range(cfg.grad_accum) for rows in micro_batch()]
-            loss_tokens = sum(int(mask.sum()) for _, mask in batches)
-            total = 0.0
-            for rows, mask in batches:
-                loss = batch_nll(model, rows.to(device), mask.to(device)).sum() / loss_tokens
-                loss.backward()
-                total += loss.item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            total, grad_norm, loss_tokens = optimizer_step(model, optimizer, batches, cfg.grad_clip)
             step += 1
             trained_tokens += sum(rows.numel() for rows, _ in batches)
             seconds = time.perf_counter() - t0
-            step_metrics = {"loss": total, "lr": lr, "grad_norm": float(grad_norm), "time/step": seconds,
+            step_metrics = {"loss": total, "lr": lr, "grad_norm": grad_norm, "time/step": seconds,
                             "tokens/loss": loss_tokens,
                             "tokens/per_s": sum(rows.numel() for rows, _ in batches) / seconds}
             logger.log(step, step_metrics)
