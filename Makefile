@@ -56,9 +56,10 @@ embedded-data: setup
 # Retrains the embedded default model (src/rookworld/assets/model): self-play games of seeds 0 and 1 labelled at
 # depth 7 (none of the embedded eval side's seed-2 games; about 40 min on 2 cores, 8 on 12), two SFT stages on them,
 # then 40,000 more positions of seed 1 labelled at depth 10 and a third stage on those and the embedded set's
-# training side (docs/models.md: the stages' times; hours on a CPU). The shipped model was made so, but its seed-0
-# data had no game ids then: SFT held out 5% of its positions instead of 5% of its games.
-embedded-model: setup
+# training side, then a fourth on the best-first data of `sft-data` (docs/models.md: the stages' times; days on a
+# CPU). The seed-0 data of the first stages had no game ids when they were trained: SFT held out 5% of its positions
+# instead of 5% of its games.
+embedded-model: setup sft-data
 	$(BIN)/rookworld data generate --out runs/sft-data/embedded --p-positions 30000 --a-samples 100000 --seed 0 --depth 7
 	$(BIN)/rookworld data generate --out runs/sft-data/gen --p-positions 19000 --a-samples 57000 --seed 1 --depth 7
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage1.toml
@@ -66,6 +67,7 @@ embedded-model: setup
 	$(BIN)/rookworld data generate --out runs/sft-data10/gen1 --p-positions 40000 --a-samples 40000 --seed 1 --depth 10
 	mkdir -p runs/sft-data10/emb && cp src/rookworld/assets/data/train/shard-*.jsonl.gz runs/sft-data10/emb/
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage3.toml
+	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage4.toml
 
 # The SFT data for a best-first base: 520,000 P positions labelled at depth 10 (multipv 5, B: = the first M:) and
 # 160,000 A samples from self-play of seeds 10-13 (none of them the embedded eval side's seed 2); seeds 11 and 13
