@@ -523,13 +523,13 @@ def _first_difference(run: dict, before: dict) -> tuple[dict, chess.Board, str, 
 @pytest.mark.integration
 @pytest.mark.stockfish
 def test_the_models_avoid_repetitions_only_where_they_would_repeat(tmp_path, capsys):
-    flags = ["--opponent", "model", "--games", "4", "--max-plies", "24", "--seed", "0"]
+    flags = ["--opponent", "model", "--games", "4", "--max-plies", "60", "--seed", "0"]
     plain, _ = _play(tmp_path, "plain", *flags)
     results, pgn = _play(tmp_path, "avoid", *flags, "--avoid-repetition", "-10")  # whatever its evals say
     assert "repetitions avoided" in capsys.readouterr().out
     both, _ = _play(tmp_path, "both", *flags, "--avoid-repetition", "-10", "--opponent-avoid-repetition", "-10")
     for run in (results, both):
-        _check_consistent(run, 24)
+        _check_consistent(run, 60)
     _check_pgn(pgn, results, "rookworld embedded model")
     assert [(r["settings"]["avoid_repetition"], r["settings"]["opponent_avoid_repetition"])
             for r in (plain, results, both)] == [(None, None), (-10, None), (-10, -10)]

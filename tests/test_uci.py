@@ -84,9 +84,9 @@ def test_go_infinite_and_go_ponder_hold_the_bestmove_until_stop_or_ponderhit():
     assert lines[-1] == "bestmove 0000"  # and nothing for the go infinite that quit ended
 
 
-# the third game of a match of the embedded model against itself (`rookworld play --opponent model --seed 0`):
-# white's greedy b4c3 would bring back the position after the 17th ply
-REPEATING = "b2b3 d7d5 c1b2 b8a6 e2e4 g8f6 f1c4 d5c4 d2d4 c4c3 b2c3 a6c5 c3b2 c5e6 g1f3 e6d4 b2c3 d4f5 c3b4 f5d4"
+# a game of the embedded model against itself from two random plies: black's greedy d6f8 would bring back the
+# position after the 10th ply (its bishop's return after white's d3c4 and c4d3)
+REPEATING = "g1f3 d7d6 d2d4 e7e5 d4e5 d6e5 e2e4 b8c6 f1d3 g8f6 d3c4 f8d6 c4d3"
 
 
 def test_the_engine_avoids_a_repetition_of_the_game_the_gui_sent():
@@ -98,13 +98,13 @@ def test_the_engine_avoids_a_repetition_of_the_game_the_gui_sent():
         serve(player, "test", io.StringIO(commands), out)
         answers[threshold] = out.getvalue().splitlines()
     info, best = answers[None]
-    assert best == "bestmove b4c3" and info.startswith("info depth 1 score cp ") and info.endswith(" pv b4c3")
+    assert best == "bestmove d6f8" and info.startswith("info depth 1 score cp ") and info.endswith(" pv d6f8")
     board = parse_position(["startpos", "moves", *REPEATING.split()])
     note, info, best = answers[-10.0]
     assert info.endswith(" pv " + best.split()[1])
-    assert note.startswith("info string B: b4c3 repeats a position; played ")
+    assert note.startswith("info string B: d6f8 repeats a position; played ")
     move = chess.Move.from_uci(best.split()[1])
-    assert move != chess.Move.from_uci("b4c3") and move in board.legal_moves and not repeats(board, move)
+    assert move != chess.Move.from_uci("d6f8") and move in board.legal_moves and not repeats(board, move)
 
 
 def test_setoption_sets_the_rules_and_threads_and_says_what_it_ignored():

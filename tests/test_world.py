@@ -144,46 +144,46 @@ def test_eval_world_games_of_a_garbage_model(tiny_gpt, one_thread):
 
 
 def test_the_embedded_model_plays_on_in_its_own_world_after_a_divergence(one_thread):
-    """Self-play game 1 of --seed 0: the model drops the en-passant square of d2d4 (c4 could take it) and the game
+    """Self-play game 0 of --seed 1: the model drops the en-passant square of d2d4 (e4 could take it) and the game
     goes on from its state."""
     player = ModelPlayer.load(threads=1)
-    played = play_games(player, None, games=2, max_plies=11, opening_plies=4, seed=0,
+    played = play_games(player, None, games=2, max_plies=11, opening_plies=4, seed=1,
                         world=World(player.model, player.tokenizer))
-    line = played[1].world
-    assert line.first() == 4 and line.steps[4].kind == WRONG_FEN and line.steps[4].move == "d2d4"
-    truth, model = line.steps[4].truth.fen, line.steps[4].completion.split("+")[0]
-    assert truth.endswith(" KQkq d3 0 5") and model == truth.replace(" d3 ", " - ")
-    assert line.steps[5].fen == model != truth  # the next move is played in the model's state
+    line = played[0].world
+    assert line.first() == 0 and line.steps[0].kind == WRONG_FEN and line.steps[0].move == "d2d4"
+    truth, model = line.steps[0].truth.fen, line.steps[0].completion.split("+")[0]
+    assert truth.endswith(" KQkq d3 0 3") and model == truth.replace(" d3 ", " - ")
+    assert line.steps[1].fen == model != truth  # the next move is played in the model's state
     for game in played:
         assert game.termination == SELF_PLY_LIMIT and len(game.world.steps) == 7 == len(game.uci_moves()) - 4
         for step, following in zip(game.world.steps, game.world.steps[1:]):
             assert following.fen == chess.Board(step.completion.split("+")[0]).fen()
-    assert played[0].world.first() is None and played[0].world.plies_to_divergence() == 7  # censored
+    assert played[1].world.first() is None and played[1].world.plies_to_divergence() == 7  # censored
 
 
 @pytest.mark.integration
 def test_play_world_model_reports_the_divergence_in_json_and_pgn(tmp_path, capsys):
     out, pgn = tmp_path / "world.json", tmp_path / "world.pgn"
-    flags = ["play", "--world", "model", "--opponent", "self", "--games", "2", "--max-plies", "11", "--seed", "0",
+    flags = ["play", "--world", "model", "--opponent", "self", "--games", "2", "--max-plies", "11", "--seed", "3",
              "--threads", "1", "--out", str(out), "--pgn", str(pgn)]
     assert main(flags) == 0
     results = json.loads(out.read_text())
     world = results["world"]
     assert results["settings"]["world"] == "model"
-    assert (world["plies_to_divergence"], world["diverged"], world["censored"], world["transitions"]) == (5.5, 1, 1, 14)
-    assert world["plies_to_divergence_se"] == pytest.approx(1.5)
+    assert (world["plies_to_divergence"], world["diverged"], world["censored"], world["transitions"]) == (5.0, 1, 1, 14)
+    assert world["plies_to_divergence_se"] == pytest.approx(2.0)
     assert world["first_divergences"] == {kind: int(kind == WRONG_FEN) for kind in KINDS}
     assert world["a_exact"] == pytest.approx(13 / 14) and world["wrong_transitions"][WRONG_FEN] == 1
     first, second = (game["world"] for game in results["per_game"])
-    assert first == {"plies_to_divergence": 7, "censored": True, "transitions": 7, "exact": 7, "divergence": None}
-    assert not second["censored"] and second["plies_to_divergence"] == 4
-    assert second["divergence"]["kind"] == WRONG_FEN and second["divergence"]["move"] == "d2d4"
-    assert "plies to the first divergence 5.5 ± 1.5 (1 of 2 games without one" in capsys.readouterr().out
+    assert second == {"plies_to_divergence": 7, "censored": True, "transitions": 7, "exact": 7, "divergence": None}
+    assert not first["censored"] and first["plies_to_divergence"] == 3
+    assert first["divergence"]["kind"] == WRONG_FEN and first["divergence"]["move"] == "e7e5"  # e6 dropped
+    assert "plies to the first divergence 5.0 ± 2.0 (1 of 2 games without one" in capsys.readouterr().out
     with open(pgn, encoding="utf-8") as handle:
         games = [chess.pgn.read_game(handle), chess.pgn.read_game(handle)]
-    assert games[0].end().comment == "the model's world kept to the rules for all 7 plies"
-    assert games[1].end().move.uci() == "d2d4"  # the game as the rules see it, to the move that diverged
-    assert games[1].end().comment.startswith("world diverged at d2d4, 4 plies after the opening: wrong fen")
+    assert games[1].end().comment == "the model's world kept to the rules for all 7 plies"
+    assert games[0].end().move.uci() == "e7e5"  # the game as the rules see it, to the move that diverged
+    assert games[0].end().comment.startswith("world diverged at e7e5, 3 plies after the opening: wrong fen")
     rules = tmp_path / "rules.json"
     assert main(["play", "--opponent", "self", "--games", "1", "--max-plies", "5", "--threads", "1",
                  "--out", str(rules)]) == 0  # --world rules, the default: no world totals
