@@ -7,8 +7,7 @@ side of the split by game. Beside them go the embedded training side's A records
 embedded eval side as it is, so `rookworld train --data OUT` differs from the default only in where its P prompts
 come from, and its held-out evaluation is the default's.
 
-    python experiments/game_positions.py --model src/rookworld/assets/model --out runs/gp/data \
-        --games 300 --seed 100 --p-positions 4000 --threads 2
+    python experiments/game_positions.py --model src/rookworld/assets/model --out runs/gp/data --games 300 --seed 100
     rookworld train --data runs/gp/data --seed S --out RUN
 """
 
