@@ -1,0 +1,93 @@
+"""Probe: does GRPO teach a model to convert won positions when its P reward sees mates?
+
+The package's `best_move` credit compares evals clipped to 10 pawns, so in a position with a forced mate every move
+that keeps a won position earns full credit: a run is never told to mate. In matches against its base a trained
+model reaches many mates in one and takes few, and most games end in threefold repetition. This script changes two
+things, each in its own subcommand:
+
+- `data`: a GRPO data directory (as `experiments/game_positions.py` writes) plus N positions with a forced mate for
+  the side to move, drawn from the embedded training side's P records (rendered best-first, as the rest).
+- `train`: `rookworld train` with a mate-aware credit: where the stored best move mates, a move that mates too earns
+  DECAY ** (its moves to mate - the best's), and a move that gives up the mate earns KEEP times the usual credit.
+  Only the run's `reward/...` figures see it: its move metrics and every later `rookworld eval` do not.
+
+    python experiments/mate_credit.py data --source runs/gp/data --mates 400 --seed 0 --out runs/mc/data
+    python experiments/mate_credit.py train --data runs/mc/data --seed 0 --out RUN
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+from rookworld import cli, rewards
+from rookworld.analysis import Analysis, is_mate_score, pawns_to_mate
+from rookworld.data.sources import embedded_path
+
+DECAY = 0.5  # credit of a mate one move slower than the best
+KEEP = 0.25  # share of the usual credit a move keeps when it gives up a forced mate
+
+usual_credit = rewards._dense_credit
+
+
+def mate_aware_credit(config: rewards.RewardConfig, analysis: Analysis, move_eval: float) -> float:
+    """The usual credit, except where the best stored move mates: then the speed of the move's own mate counts."""
+    best = max(analysis.evals)
+    if not (is_mate_score(best) and best > 0):
+        return usual_credit(config, analysis, move_eval)
+    if is_mate_score(move_eval) and move_eval > 0:
+        return DECAY ** max(0, pawns_to_mate(move_eval) - pawns_to_mate(best))
+    return KEEP * usual_credit(config, analysis, move_eval)
+
+
+def mate_records(count: int, seed: int) -> list[dict]:
+    """`count` P records of the embedded training side whose side to move has a forced mate, rendered best-first."""
+    found = []
+    for shard in sorted((embedded_path() / "train").glob("shard-*.jsonl.gz")):
+        with gzip.open(shard, "rt") as lines:
+            for line in lines:
+                record = json.loads(line)
+                if record["t"] == "P" and record["e"] and is_mate_score(max(record["e"])) and max(record["e"]) > 0:
+                    found.append({**record, "s": list(range(len(record["m"])))})
+    if count > len(found):
+        sys.exit(f"--mates {count}: the embedded training side holds {len(found)} such positions; ask for fewer")
+    return random.Random(seed).sample(found, count)
+
+
+def build_data(args: argparse.Namespace) -> None:
+    source, out = Path(args.source), Path(args.out)
+    if out.exists():
+        sys.exit(f"--out {out}: exists; give a new directory")
+    shutil.copytree(source / "train", out / "train")
+    shutil.copytree(source / "eval", out / "eval")
+    records = mate_records(args.mates, args.seed)
+    (out / "train" / "mates").mkdir()
+    with gzip.open(out / "train" / "mates" / "shard-00000.jsonl.gz", "wt") as file:
+        file.writelines(json.dumps(record) + "\n" for record in records)
+    mate_in_one = sum(pawns_to_mate(max(record["e"])) == 1 for record in records)
+    print(f"{out}: {source}'s training and eval sides, and {len(records)} forced-mate P positions "
+          f"({mate_in_one} mates in one)")
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["train"]:
+        rewards._dense_credit = mate_aware_credit
+        sys.exit(cli.main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    data = sub.add_parser("data", help="a data directory with forced-mate positions added")
+    data.add_argument("--source", required=True, help="GRPO data directory to copy (train/ and eval/)")
+    data.add_argument("--mates", type=int, default=400, help="forced-mate P positions to add")
+    data.add_argument("--seed", type=int, default=0, help="seed of the positions drawn")
+    data.add_argument("--out", required=True, help="new data directory")
+    sub.add_parser("train", help="rookworld train with the mate-aware credit; takes rookworld train's options")
+    build_data(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
