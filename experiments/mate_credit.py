@@ -35,12 +35,17 @@ KEEP = 0.25  # share of the usual credit a move keeps when it gives up a forced 
 usual_credit = rewards._dense_credit
 
 
+def mates(pawns: float) -> bool:
+    """Whether an eval is a forced mate for the side to move."""
+    return pawns > 0 and is_mate_score(pawns)
+
+
 def mate_aware_credit(config: rewards.RewardConfig, analysis: Analysis, move_eval: float) -> float:
     """The usual credit, except where the best stored move mates: then the speed of the move's own mate counts."""
     best = max(analysis.evals)
-    if not (is_mate_score(best) and best > 0):
+    if not mates(best):
         return usual_credit(config, analysis, move_eval)
-    if is_mate_score(move_eval) and move_eval > 0:
+    if mates(move_eval):
         return DECAY ** max(0, pawns_to_mate(move_eval) - pawns_to_mate(best))
     return KEEP * usual_credit(config, analysis, move_eval)
 
@@ -52,7 +57,7 @@ def mate_records(count: int, seed: int) -> list[dict]:
         with gzip.open(shard, "rt") as lines:
             for line in lines:
                 record = json.loads(line)
-                if record["t"] == "P" and record["e"] and is_mate_score(max(record["e"])) and max(record["e"]) > 0:
+                if record["t"] == "P" and record["e"] and mates(max(record["e"])):
                     found.append({**record, "s": list(range(len(record["m"])))})
     if count > len(found):
         sys.exit(f"--mates {count}: the embedded training side holds {len(found)} such positions; ask for fewer")
