@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STOCKFISH_HINT := install Stockfish (Debian/Ubuntu: apt-get install stockfish; macOS: brew install stockfish) or set ROOKWORLD_STOCKFISH=/path/to/stockfish
 
-.PHONY: setup train test test-integration lint stockfish embedded-data embedded-model sft-data
+.PHONY: setup train test test-integration lint stockfish selfplay-data embedded-data embedded-model sft-data
 
 setup: $(BIN)/.installed stockfish
 
@@ -45,18 +45,30 @@ test-integration: setup
 lint: setup
 	$(BIN)/ruff check .
 
-# Remakes the embedded dataset (src/rookworld/assets/data, P labels at depth 10), split by game: the training side
-# is the self-play games of seed 0 (the embedded model's SFT games, less the 5% of ids on the eval side), the eval
-# side is fresh games of seed 2, which the embedded model never saw. About 20 min on 2 cores.
-embedded-data: setup
+# The self-play games of seed 0 labelled at depth 10 (28,500 P positions, 95,000 A samples, less the 5% of game
+# ids on the eval side): the embedded model's SFT games. Their A samples are the embedded set's; their P positions
+# are SFT data. About 20 min on 2 cores; rerun to resume.
+SELFPLAY := runs/embedded-data/selfplay
+selfplay-data: setup
+	$(BIN)/rookworld data generate --out $(SELFPLAY) --p-positions 28500 --a-samples 95000 --seed 0 --depth 10 --side train
+
+# Remakes the embedded dataset (src/rookworld/assets/data), split by game. The eval side: fresh self-play games of
+# seed 2, which the embedded model never saw. The training side, what `make train` learns from: the A samples of
+# `selfplay-data`, and as P prompts 4,000 positions of 300 games the embedded model played against itself as a match
+# plays it (both sides avoiding repetitions at 1 pawn, game seed 100), labelled at depth 10 best-first with every
+# position in check kept (docs/results.md: why). About 45 min on 2 cores.
+GAMES := runs/embedded-data/games.pgn
+embedded-data: selfplay-data
 	rm -rf src/rookworld/assets/data
 	$(BIN)/rookworld data generate --out src/rookworld/assets/data/eval --p-positions 1500 --a-samples 5000 --seed 2 --depth 10 --side eval
-	$(BIN)/rookworld data generate --out src/rookworld/assets/data/train --p-positions 28500 --a-samples 95000 --seed 0 --depth 10 --side train
+	$(BIN)/rookworld data render --data $(SELFPLAY) --out src/rookworld/assets/data/train/arbiter --tasks A
+	$(BIN)/rookworld play --model src/rookworld/assets/model --opponent model --avoid-repetition 1 --opponent-avoid-repetition 1 --games 300 --seed 100 --pgn $(GAMES)
+	$(BIN)/rookworld data generate --pgn $(GAMES) --out src/rookworld/assets/data/train/games --p-positions 4000 --a-samples 0 --seed 100 --depth 10 --order best-first --p-keep-check 1 --side train
 
 # Retrains the embedded default model (src/rookworld/assets/model): self-play games of seeds 0 and 1 labelled at
 # depth 7 (none of the embedded eval side's seed-2 games; about 40 min on 2 cores, 8 on 12), two SFT stages on them,
-# then 40,000 more positions of seed 1 labelled at depth 10 and a third stage on those and the embedded set's
-# training side, then a fourth on the best-first data of `sft-data` (docs/models.md: the stages' times; days on a
+# then 40,000 more positions of seed 1 labelled at depth 10 and a third stage on those and `selfplay-data`, then a
+# fourth on the best-first data of `sft-data` (docs/models.md: the stages' times; days on a
 # CPU). The seed-0 data of the first stages had no game ids when they were trained: SFT held out 5% of its positions
 # instead of 5% of its games.
 embedded-model: setup sft-data
@@ -65,20 +77,20 @@ embedded-model: setup sft-data
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage1.toml
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage2.toml
 	$(BIN)/rookworld data generate --out runs/sft-data10/gen1 --p-positions 40000 --a-samples 40000 --seed 1 --depth 10
-	mkdir -p runs/sft-data10/emb && cp src/rookworld/assets/data/train/shard-*.jsonl.gz runs/sft-data10/emb/
+	mkdir -p runs/sft-data10/emb && cp $(SELFPLAY)/shard-*.jsonl.gz runs/sft-data10/emb/
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage3.toml
 	$(BIN)/rookworld sft --config src/rookworld/assets/sft_stage4.toml
 
 # The SFT data for a best-first base: 520,000 P positions labelled at depth 10 (multipv 5, B: = the first M:) and
 # 160,000 A samples from self-play of seeds 10-13 (none of them the embedded eval side's seed 2); seeds 11 and 13
 # play weaker games, as the model's own games are (a random move 15% of the time, openings of up to 16 random
-# plies), and keep every position in check. Then the embedded set's training side, re-rendered best-first. About
+# plies), and keep every position in check. Then `selfplay-data`, re-rendered best-first. About
 # 10 labels a second per core: 7 hours on 2 cores. Each command resumes where it stopped: rerun `make sft-data`.
 SFT_DATA := runs/sft-data-bf
 WEAKER := --random-move-rate 0.15 --max-opening-plies 16 --p-keep-check 1
-sft-data: setup
+sft-data: selfplay-data
 	$(BIN)/rookworld data generate --out $(SFT_DATA)/s10 --p-positions 130000 --a-samples 40000 --seed 10 --depth 10 --order best-first
 	$(BIN)/rookworld data generate --out $(SFT_DATA)/s11 --p-positions 130000 --a-samples 40000 --seed 11 --depth 10 --order best-first $(WEAKER)
 	$(BIN)/rookworld data generate --out $(SFT_DATA)/s12 --p-positions 130000 --a-samples 40000 --seed 12 --depth 10 --order best-first
 	$(BIN)/rookworld data generate --out $(SFT_DATA)/s13 --p-positions 130000 --a-samples 40000 --seed 13 --depth 10 --order best-first $(WEAKER)
-	test -f $(SFT_DATA)/embedded/manifest.json || $(BIN)/rookworld data render --data src/rookworld/assets/data/train --out $(SFT_DATA)/embedded --order best-first
+	test -f $(SFT_DATA)/embedded/manifest.json || $(BIN)/rookworld data render --data $(SELFPLAY) --out $(SFT_DATA)/embedded --order best-first

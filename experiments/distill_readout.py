@@ -1,12 +1,13 @@
 """Rejection-sampled self-distillation of the first-candidate readout: SFT data whose P targets list the model's
 own readout move first and name it after `B:`, kept where the engine's label lists that move among its five.
 
-For each P position of the embedded training side the model's readout move (readout.py) is read; where it is one
-of the label's five candidates, the target lists it first, then the label's other four in their ranking, each
-with its label eval, and names it after `B:` (a best-first record, so greedy decoding learns to write the
-model's own sequence-level choice first). Other positions are left out. No engine runs: the labels are the
-stored ones. The A records of the shards read are copied as they are, and the embedded eval side beside them, so
-`rookworld sft --data OUT` trains on these P targets and reports its held-out metrics on the usual split.
+For each P position of the seed-0 self-play set (`make selfplay-data`, the embedded set's training side when this
+was measured) the model's readout move (readout.py) is read; where it is one of the label's five candidates, the
+target lists it first, then the label's other four in their ranking, each with its label eval, and names it after
+`B:` (a best-first record, so greedy decoding learns to write the model's own sequence-level choice first). Other
+positions are left out. No engine runs: the labels are the stored ones. The A records of the shards read are copied
+as they are, and the embedded eval side beside them, so `rookworld sft --data OUT` trains on these P targets and
+reports its held-out metrics on the usual split.
 
     python experiments/distill_readout.py --model src/rookworld/assets/model --out runs/rd-data \
         [--positions 10000] [--threads 2]
@@ -50,17 +51,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="checkpoint directory")
     parser.add_argument("--out", required=True, help="new data directory (train/ and eval/)")
-    parser.add_argument("--positions", type=int, default=None, help="the first N P records of the training side")
+    parser.add_argument("--source", default="runs/embedded-data/selfplay",
+                        help="generated data whose P records to distill (default: `make selfplay-data`)")
+    parser.add_argument("--positions", type=int, default=None, help="the first N P records of the source")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
 
     player = ModelPlayer.load(args.model, threads=args.threads)
-    source = Path(embedded_path())
     out = Path(args.out)
     (out / "train").mkdir(parents=True)
-    shutil.copytree(source / "eval", out / "eval")
+    shutil.copytree(embedded_path() / "eval", out / "eval")
     kept = seen = 0
-    for shard in sorted((source / "train").glob("shard-*.jsonl.gz")):
+    for shard in sorted(Path(args.source).glob("shard-*.jsonl.gz")):
         records = read_records(shard)
         p_rows = [r for r in records if r["t"] == "P"]
         if args.positions is not None:

@@ -5,13 +5,14 @@ that keeps a won position earns full credit: a run is never told to mate. In mat
 model reaches many mates in one and takes few, and most games end in threefold repetition. This script changes two
 things, each in its own subcommand:
 
-- `data`: a GRPO data directory (as `experiments/game_positions.py` writes) plus N positions with a forced mate for
-  the side to move, drawn from the embedded training side's P records (rendered best-first, as the rest).
+- `data`: a GRPO data directory (by default the embedded set, whose P prompts are positions of the model's own games)
+  plus N positions with a forced mate for the side to move, drawn from the P records of the seed-0 self-play set
+  (`make selfplay-data`; rendered best-first, as the rest).
 - `train`: `rookworld train` with a mate-aware credit: where the stored best move mates, a move that mates too earns
   DECAY ** (its moves to mate - the best's), and a move that gives up the mate earns KEEP times the usual credit.
   Only the run's `reward/...` figures see it: its move metrics and every later `rookworld eval` do not.
 
-    python experiments/mate_credit.py data --source runs/gp/data --mates 400 --seed 0 --out runs/mc/data
+    python experiments/mate_credit.py data --mates 400 --seed 0 --out runs/mc/data
     python experiments/mate_credit.py train --data runs/mc/data --seed 0 --out RUN
 """
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from rookworld import cli, rewards
 from rookworld.analysis import Analysis, is_mate_score, pawns_to_mate
+from rookworld.data.relabel import read_records, read_source
 from rookworld.data.sources import embedded_path
 
 DECAY = 0.5  # credit of a mate one move slower than the best
@@ -50,17 +52,12 @@ def mate_aware_credit(config: rewards.RewardConfig, analysis: Analysis, move_eva
     return KEEP * usual_credit(config, analysis, move_eval)
 
 
-def mate_records(count: int, seed: int) -> list[dict]:
-    """`count` P records of the embedded training side whose side to move has a forced mate, rendered best-first."""
-    found = []
-    for shard in sorted((embedded_path() / "train").glob("shard-*.jsonl.gz")):
-        with gzip.open(shard, "rt") as lines:
-            for line in lines:
-                record = json.loads(line)
-                if record["t"] == "P" and record["e"] and mates(max(record["e"])):
-                    found.append({**record, "s": list(range(len(record["m"])))})
+def mate_records(positions: Path, count: int, seed: int) -> list[dict]:
+    """`count` P records of generated data whose side to move has a forced mate, rendered best-first."""
+    found = [{**record, "s": list(range(len(record["m"])))} for shard in read_source(positions)[1]
+             for record in read_records(shard) if record["t"] == "P" and record["e"] and mates(max(record["e"]))]
     if count > len(found):
-        sys.exit(f"--mates {count}: the embedded training side holds {len(found)} such positions; ask for fewer")
+        sys.exit(f"--mates {count}: {positions} holds {len(found)} such positions; ask for fewer")
     return random.Random(seed).sample(found, count)
 
 
@@ -70,7 +67,7 @@ def build_data(args: argparse.Namespace) -> None:
         sys.exit(f"--out {out}: exists; give a new directory")
     shutil.copytree(source / "train", out / "train")
     shutil.copytree(source / "eval", out / "eval")
-    records = mate_records(args.mates, args.seed)
+    records = mate_records(Path(args.positions), args.mates, args.seed)
     (out / "train" / "mates").mkdir()
     with gzip.open(out / "train" / "mates" / "shard-00000.jsonl.gz", "wt") as file:
         file.writelines(json.dumps(record) + "\n" for record in records)
@@ -86,7 +83,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="a data directory with forced-mate positions added")
-    data.add_argument("--source", required=True, help="GRPO data directory to copy (train/ and eval/)")
+    data.add_argument("--source", default=str(embedded_path()), help="GRPO data directory to copy (train/ and eval/); "
+                      "default: the embedded set")
+    data.add_argument("--positions", default="runs/embedded-data/selfplay",
+                      help="generated data whose P records give the forced mates (default: `make selfplay-data`)")
     data.add_argument("--mates", type=int, default=400, help="forced-mate P positions to add")
     data.add_argument("--seed", type=int, default=0, help="seed of the positions drawn")
     data.add_argument("--out", required=True, help="new data directory")

@@ -1,5 +1,5 @@
-"""Move readouts on the P positions of the embedded set's eval split (with --split train, its training side, which
-the shipped model was trained on): the greedy `B:` move, the vote of K sampled `B:` moves, the first-candidate
+"""Move readouts on the P positions of the embedded set's eval split (with --split train, its training side, the
+positions GRPO trains on): the greedy `B:` move, the vote of K sampled `B:` moves, the first-candidate
 readout (readout.py), and two references: a uniformly random legal move and Stockfish at skill 0.
 
 Each move is judged as `rookworld eval` judges `B:` moves: best-move (the label's rank-1 move), top-5 (among the
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--model", action="append", default=[], help="checkpoint directory (repeatable)")
     parser.add_argument("--out", required=True, help="JSON file of the results")
     parser.add_argument("--split", choices=("eval", "train"), default="eval",
-                        help="the embedded set's side: eval (held out) or train (seen in the shipped model's SFT)")
+                        help="the embedded set's side: eval (held out) or train (GRPO's P prompts)")
     parser.add_argument("--limit", type=int, default=None, help="the first N P positions of the split")
     parser.add_argument("--votes", type=int, default=1, help="also the vote of K samples (K > 1)")
     parser.add_argument("--references", action="store_true", help="also a random legal move and Stockfish skill 0")

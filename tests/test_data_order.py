@@ -53,7 +53,7 @@ def test_best_first_generation_lists_the_ranking_and_keeps_the_games(shuffled, t
 def test_render_rewrites_the_order_without_an_engine_and_both_orders_grade_alike(shuffled, tmp_path, capsys):
     best, again = tmp_path / "best", tmp_path / "shuffled-again"
     assert cli.main(["data", "render", "--data", str(shuffled), "--out", str(best), "--order", "best-first"]) == 0
-    assert "rendered 8 P targets" in capsys.readouterr().out
+    assert "rendered {'A': 10, 'P': 8}" in capsys.readouterr().out
     manifest = json.loads((best / "manifest.json").read_text())
     assert manifest["order"] == "best-first" and manifest["render"]["source_order"] == "shuffled"
     old, new = _p_targets(shuffled), _p_targets(best)
@@ -73,6 +73,31 @@ def test_render_rewrites_the_order_without_an_engine_and_both_orders_grade_alike
     capsys.readouterr()
     assert cli.main(["data", "render", "--data", str(best), "--out", str(again), "--order", "shuffled"]) == 2
     assert "is not empty" in one_error_line(capsys)
+
+
+@pytest.mark.stockfish
+def test_render_keeps_the_records_of_the_tasks_named(shuffled, tmp_path, capsys):
+    arbiter = tmp_path / "arbiter"
+    assert cli.main(["data", "render", "--data", str(shuffled), "--out", str(arbiter), "--tasks", "A"]) == 0
+    assert "rendered {'A': 10}" in capsys.readouterr().out
+    kept = _records(arbiter)
+    assert kept == [r for r in _records(shuffled) if r["t"] == "A"] and len(kept) == 10
+    manifest = json.loads((arbiter / "manifest.json").read_text())
+    assert manifest["tasks"] == ["A"] and manifest["command"].endswith("--tasks A")
+    assert manifest["counts"]["task"] == {"A": 10} and sum(manifest["counts"]["split"]["train"].values()) <= 10
+    assert load_files(arbiter, "all").samples == [s for s in load_files(shuffled, "all").samples if s.task == "A"]
+    # both tasks: every record, the counts the source's manifest gives
+    both = tmp_path / "both"
+    assert cli.main(["data", "render", "--data", str(shuffled), "--out", str(both), "--tasks", "P,A"]) == 0
+    assert [{k: v for k, v in r.items() if k != "s"} for r in _records(both)] == \
+        [{k: v for k, v in r.items() if k != "s"} for r in _records(shuffled)]
+    assert json.loads((both / "manifest.json").read_text())["counts"] == \
+        json.loads((shuffled / "manifest.json").read_text())["counts"]
+    capsys.readouterr()
+    assert cli.main(["data", "render", "--data", str(arbiter), "--out", str(tmp_path / "none"), "--tasks", "P"]) == 2
+    assert "holds no P records; choose other --tasks" in one_error_line(capsys)
+    assert cli.main(["data", "render", "--data", str(shuffled), "--out", str(tmp_path / "x"), "--tasks", "B"]) == 2
+    assert "--tasks 'B': name one or both of P, A" in one_error_line(capsys)
 
 
 def test_render_refuses_what_is_not_generated_data_and_a_bad_order(tmp_path, capsys):

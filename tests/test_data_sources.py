@@ -192,10 +192,13 @@ def test_stats_and_export_limit_read_the_first_samples_only(hub_rows, tmp_path, 
 def test_the_embedded_dataset_is_the_default_and_split_by_game():
     from rookworld.data.splits import sample_split
 
-    for side in ("train", "eval"):  # two generated sets, one per side of the split
-        manifest = json.loads((embedded_path() / side / "manifest.json").read_text())
-        assert manifest["side"] == side and manifest["command"].startswith("rookworld data generate")
+    # generated sets, one per side of the split: the eval side's games, the training side's A samples (of
+    # self-play games) and P positions (of the embedded model's own games, listed best-first)
+    for part, side in (("eval", "eval"), ("train/arbiter", "train"), ("train/games", "train")):
+        manifest = json.loads((embedded_path() / part / "manifest.json").read_text())
+        assert manifest["side"] == side and manifest["command"].startswith("rookworld data ")
         assert manifest["stockfish"]["label_limit"] == "depth=10"  # P labels at the label limit
+    assert json.loads((embedded_path() / "train/games/manifest.json").read_text())["order"] == "best-first"
     size = sum(p.stat().st_size for p in embedded_path().rglob("*.jsonl.gz"))
     assert size < 10 * 2**20
     train = load_source(limit=300)  # the default source and split: embedded, train

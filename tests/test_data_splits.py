@@ -59,7 +59,7 @@ def _embedded_records():
     and the last 150 (A) of an embedded shard, and one more P record."""
     from rookworld.data.sources import embedded_path
 
-    with gzip.open(embedded_path() / "train" / "shard-00000.jsonl.gz", "rt") as handle:
+    with gzip.open(embedded_path() / "eval" / "shard-00000.jsonl.gz", "rt") as handle:
         records = [{key: value for key, value in json.loads(line).items() if key != "g"} for line in handle]
     assert records[150]["t"] == "P" and records[-150]["t"] == "A"
     return records[:150] + records[-150:], records[150]
@@ -131,15 +131,19 @@ def test_old_records_decode_as_before_and_ids_round_trip():
 def test_the_embedded_set_is_split_by_game_with_fresh_eval_games():
     from rookworld.data.sources import embedded_path, load_source
 
-    manifests = {side: json.loads((embedded_path() / side / "manifest.json").read_text()) for side in ("train", "eval")}
+    parts = ("eval", "train/arbiter", "train/games")
+    manifests = {part: json.loads((embedded_path() / part / "manifest.json").read_text()) for part in parts}
     samples = load_source("embedded", "all").samples
     counts = tally(samples)
-    assert counts["split"] == {side: manifests[side]["counts"]["split"][side] for side in manifests} == {
-        "eval": {"A": 5000, "P": 1500}, "train": {"A": 95000, "P": 28500}}
-    # the eval side is other games (seed 2) than the training side (seed 0, the embedded model's SFT games)
-    seeds = {sample_split(s): set() for s in samples}
+    assert {part: manifests[part]["counts"]["split"] for part in parts} == {
+        "eval": {"eval": {"A": 5000, "P": 1500}}, "train/arbiter": {"train": {"A": 95000}},
+        "train/games": {"train": {"P": 4000}}}
+    assert counts["split"] == {"eval": {"A": 5000, "P": 1500}, "train": {"A": 95000, "P": 4000}}
+    # the eval side is other games (seed 2) than the training side: the A samples of self-play games of seed 0
+    # (the embedded model's SFT games), the P positions of the embedded model's own games (seed 100)
+    seeds = {}
     for sample in samples:
         if "game" in sample.meta:
-            seeds[sample_split(sample)].add(sample.meta["game"].split("-")[0])
-    assert seeds == {"train": {"0"}, "eval": {"2"}}
-    assert counts["eval_positions_in_train"] == {"A": 93, "P": 24}  # chance positions, see data-reference.md
+            seeds.setdefault((sample_split(sample), sample.task), set()).add(sample.meta["game"].split("-")[0])
+    assert seeds == {("train", "A"): {"0"}, ("train", "P"): {"100"}, ("eval", "A"): {"2"}, ("eval", "P"): {"2"}}
+    assert counts["eval_positions_in_train"] == {"A": 94, "P": 25}  # chance positions, see data-reference.md

@@ -3,7 +3,7 @@
     rookworld data generate --out DIR --p-positions N --a-samples M --seed S [--pgn FILE ...] [--depth D | --nodes N]
         [--order shuffled|best-first]
     rookworld data relabel --data DIR --out NEW [--depth D | --nodes N] [--cache FILE]
-    rookworld data render --data DIR --out NEW --order best-first|shuffled
+    rookworld data render --data DIR --out NEW --order best-first|shuffled [--tasks A]
     rookworld data stats [SOURCE] [--split all|train|eval]
     rookworld data export --source SOURCE --split train|eval|all --out FILE.jsonl
 
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(relabel, RelabelConfig)
 
     render = actions.add_parser("render", help="a generated dataset with its P targets' candidates listed in another "
-                                "order (best-first or shuffled); no engine runs")
+                                "order (best-first or shuffled), or one task's records only; no engine runs")
     add_config_arguments(render, RenderConfig)
 
     stats = actions.add_parser("stats", help="counts by task, A case, game phase and split, and eval samples whose "
@@ -102,8 +102,8 @@ def _render(args: argparse.Namespace) -> int:
     from rookworld.data.render import RenderConfig, render
 
     manifest = render(build_config(RenderConfig, args))
-    print(f"rendered {manifest['counts']['task'].get('P', 0)} P targets of {args.data} {manifest['order']} into "
-          f"{args.out}; see {args.out}/manifest.json")
+    print(f"rendered {manifest['counts']['task']} of {args.data} ({manifest['order']}) into {args.out}; see "
+          f"{args.out}/manifest.json")
     return 0
 
 
