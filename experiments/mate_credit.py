@@ -19,8 +19,6 @@ things, each in its own subcommand:
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import random
 import shutil
 import sys
@@ -28,6 +26,7 @@ from pathlib import Path
 
 from rookworld import cli, rewards
 from rookworld.analysis import Analysis, is_mate_score, pawns_to_mate
+from rookworld.data import store
 from rookworld.data.relabel import read_records, read_source
 from rookworld.data.sources import embedded_path
 
@@ -69,8 +68,7 @@ def build_data(args: argparse.Namespace) -> None:
     shutil.copytree(source / "eval", out / "eval")
     records = mate_records(Path(args.positions), args.mates, args.seed)
     (out / "train" / "mates").mkdir()
-    with gzip.open(out / "train" / "mates" / "shard-00000.jsonl.gz", "wt") as file:
-        file.writelines(json.dumps(record) + "\n" for record in records)
+    store.write_jsonl_gz(out / "train" / "mates" / "shard-00000.jsonl.gz", records)
     mate_in_one = sum(pawns_to_mate(max(record["e"])) == 1 for record in records)
     print(f"{out}: {source}'s training and eval sides, and {len(records)} forced-mate P positions "
           f"({mate_in_one} mates in one)")

@@ -19,7 +19,6 @@ from rookworld.data import store
 from rookworld.data.generate import MANIFEST
 from rookworld.data.record import ORDERS, TASKS
 from rookworld.data.relabel import check_copy_paths, position_permutation, read_records, read_source
-from rookworld.data.sources import load_files
 from rookworld.data.splits import EVAL_FRACTION
 from rookworld.data.stats import tally
 from rookworld.errors import UserError
@@ -63,17 +62,17 @@ def render(config: RenderConfig) -> dict[str, Any]:
     if out.exists() and any(out.iterdir()):
         raise UserError(f"--out {out} is not empty; render into a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)
-    tasks = config.kept_tasks
+    tasks, kept = config.kept_tasks, []
     for path in shards:
         records = [_ordered(r, config.order) for r in read_records(path) if r.get("t") in tasks]
         if records:
             store.write_jsonl_gz(out / path.name, records)
-    if not any(out.glob("shard-*.jsonl.gz")):
+            kept += [store.decode(r) for r in records]
+    if not kept:
         raise UserError(f"{data} holds no {' or '.join(tasks)} records; choose other --tasks")
     eval_fraction = source_manifest.get("eval_fraction", EVAL_FRACTION)
     command = f"rookworld data render --data {config.data} --out {config.out} --order {config.order}"
-    manifest = {**source_manifest, "order": config.order, "tasks": tasks,
-                "counts": tally(load_files(out, "all").samples, eval_fraction),
+    manifest = {**source_manifest, "order": config.order, "tasks": tasks, "counts": tally(kept, eval_fraction),
                 "command": command + ("" if set(tasks) == set(TASKS) else f" --tasks {','.join(tasks)}"),
                 "render": {"source": str(data), "source_command": source_manifest.get("command"),
                            "source_order": source_manifest.get("order", "shuffled")}}
