@@ -793,7 +793,7 @@ def test_checkpoint_best_holds_the_weights_its_metrics_describe(tiny_run_inputs,
 
 
 @pytest.mark.integration
-def test_each_eval_logs_its_paired_change_since_step_0_and_a_resumed_run_none(tiny_run_inputs, tmp_path):
+def test_each_eval_logs_its_paired_change_since_step_0_also_after_a_resume(tiny_run_inputs, tmp_path):
     from rookworld.data.sources import load_source
     from rookworld.evaluate import EvalConfig, evaluate_model
     from rookworld.hub import load_model, resolve_default_model
@@ -813,9 +813,18 @@ def test_each_eval_logs_its_paired_change_since_step_0_and_a_resumed_run_none(ti
     change = evals[-1]["eval/reward/mean/delta"]  # the same prompts' change from the start model's own eval
     assert change == pytest.approx(last["reward/mean"] - start["reward/mean"], abs=1e-9) and change != 0
     assert evals[-1]["eval/reward/mean/delta/se"] > 0
+    straight = train.main(tiny_config(model_dir, data, tmp_path / "straight", steps=4, **options), grpo.GRPOConfig())
     train.main(tiny_config(model_dir, data, tmp_path / "run", steps=4, **options), grpo.GRPOConfig(), resume=str(out))
-    resumed = read_records(out / "eval.jsonl")  # the resumed process holds no step-0 values to pair with
-    assert [e["step"] for e in resumed] == [0, 2, 4] and not any(k.endswith("/delta") for k in resumed[-1])
+    resumed = read_records(out / "eval.jsonl")  # the checkpoint carries the step-0 values to pair with
+    assert [e["step"] for e in resumed] == [0, 2, 4]
+    assert resumed == read_records(straight / "eval.jsonl") and "eval/reward/mean/delta" in resumed[-1]
+    # an evaluation changed on resume (fewer prompts) has nothing to pair with: no change is logged
+    train.main(tiny_config(model_dir, data, tmp_path / "run", steps=6, **{**options, "eval_limit": 1}),
+               grpo.GRPOConfig(), resume=str(out))
+    changed = read_records(out / "eval.jsonl")
+    assert [e["step"] for e in changed] == [0, 2, 4, 6]
+    assert changed[-1]["eval/reward/mean/n"] < changed[-2]["eval/reward/mean/n"]
+    assert not any(k.endswith("/delta") for k in changed[-1])
 
 
 def test_eval_world_games_plays_games_in_the_models_world_at_each_eval(tiny_run_inputs, tmp_path):

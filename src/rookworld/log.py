@@ -280,8 +280,8 @@ def eval_line(step: int, metrics: Mapping[str, Any]) -> str:
 def eval_change(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The headline metrics' change from a run's first eval to its last (None: fewer than two), ± the paired SE
     the last eval logged (KEY/delta/se, its change since step 0 on the same prompts) when it logged one for
-    every metric shown, else the SE of the difference of two independent estimates (larger: a resumed run
-    keeps no step-0 values to pair with)."""
+    every metric shown, else the SE of the difference of two independent estimates (larger: a run resumed with
+    other eval settings has no step-0 values to pair with)."""
     if len(records) < 2:
         return None
     first, last = records[0], records[-1]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
+import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -185,6 +187,26 @@ def eval_plan(cfg: TrainConfig, eval_samples: list[Sample]) -> dict[str, tuple[E
     return evals
 
 
+def eval_key(eval_cfg: EvalConfig, samples: list[Sample]) -> str:
+    """A digest of what decides an evaluation's values besides the model: its settings and its samples."""
+    blob = json.dumps([asdict(eval_cfg), [s.to_json() for s in samples]], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def saved_first_values(first_values: dict[str, Values], keys: dict[str, str]) -> dict[str, Any]:
+    """The step-0 values as a checkpoint carries them, each with the key of the evaluation it came from."""
+    return {prefix: {"key": keys[prefix], "per_prompt": [dict(row) for row in values.per_prompt],
+                     "per_game": [dict(row) for row in values.per_game]}
+            for prefix, values in first_values.items()}
+
+
+def resumed_first_values(saved: dict[str, Any], keys: dict[str, str]) -> dict[str, Values]:
+    """The step-0 values a checkpoint carries for the evaluations this run repeats unchanged (the same settings
+    and samples); an evaluation changed on resume, or a checkpoint without them, has none to pair with."""
+    return {prefix: Values(entry["per_prompt"], entry["per_game"])
+            for prefix, entry in saved.get("first_eval", {}).items() if keys.get(prefix) == entry["key"]}
+
+
 def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
          rcfg: RewardConfig | None = None) -> Path:
     """Run GRPO with the reward `rcfg` (default: RewardConfig()); returns the run directory. Held-out
@@ -232,8 +254,9 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
     good = snapshot(policy, optimizer, beta_ctl, parts)
     fixed_batch = sampler.next(cfg.batch_size) if cfg.overfit_single_batch else None
     evals = eval_plan(cfg, eval_samples)
-
-    first_values: dict[str, Values] = {}  # each eval set's values at step 0, when this process evaluated it
+    eval_keys = {prefix: eval_key(eval_cfg, samples) for prefix, (eval_cfg, samples) in evals.items()}
+    # each eval set's values at step 0, which later evals pair with; checkpoints carry them to a resumed run
+    first_values = resumed_first_values(saved, eval_keys) if saved is not None else {}
 
     def held_out(step: int, pool) -> dict[str, float]:
         if decoder is not None:
@@ -243,7 +266,7 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
             result, values = model_values(policy, tokenizer, samples, eval_cfg, pool, decoder)
             if step == 0:
                 first_values[prefix] = values
-            elif prefix in first_values:  # the paired change since step 0 (a resumed run has no step-0 values)
+            elif prefix in first_values:  # the paired change since step 0
                 result |= paired_change(values, first_values[prefix], samples)
             found |= {f"{prefix}{k}": v for k, v in result.items()}
         logger.log_eval(step, found)
@@ -260,7 +283,8 @@ def main(cfg: TrainConfig, gcfg: grpo.GRPOConfig, resume: str | None = None,
         if d.main:
             checkpoint.save(out, state.step, {"optimizer": optimizer.state_dict(), "sampler": sampler.state_dict(),
                                               "beta": beta_ctl.state_dict(), "run": asdict(state),
-                                              "baseline": None if ema is None else ema.state_dict()},
+                                              "baseline": None if ema is None else ema.state_dict(),
+                                              "first_eval": saved_first_values(first_values, eval_keys)},
                             write_model, metrics=metrics, keep_last=cfg.keep_last, best_metric="eval/reward/mean")
 
     logger = RunLogger(out, run_config, tensorboard=cfg.tensorboard,
