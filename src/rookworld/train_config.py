@@ -21,7 +21,7 @@ class TrainConfig:
                                                       "(default: the embedded model)"})
     data: str = field(default="embedded", metadata={"help": "training data: embedded, a local path or a hub id"})
     out: str = shared("out", "runs/grpo")
-    steps: int = shared("steps", 100)
+    steps: int = shared("steps", 200)
     seed: int = shared("seed", 0)
     batch_size: int = field(default=32, metadata={"help": "prompts per step (all ranks together)"})
     group_size: int = field(default=8, metadata={"help": "completions per prompt (G)"})
